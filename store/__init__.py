@@ -1,0 +1,56 @@
+"""Redis-backed durable state shared by every ratchet job and actor.
+
+    from store import Store
+    store = Store.connect()            # $RATCHET_REDIS_URL, or the machine's local server
+    store.experiments.create("demo", "soar", config)
+    store.models("demo").publish("/ckpt/v1", parent="v0", metrics={...})
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+
+from store.archive import CandidateArchive
+from store.codehash import code_hash, content_hash, normalize_code
+from store.connection import StoreUnavailable, connect, redact, resolve_url
+from store.events import EventLog
+from store.exec_cache import ExecutionCache
+from store.experiments import Experiment, ExperimentRegistry
+from store.models import ModelRegistry, ModelVersion
+
+
+@dataclass
+class Store:
+    """One client and the registries on it. Create one per process/actor (not picklable)."""
+
+    client: redis.Redis
+
+    @classmethod
+    def connect(cls, url: str | None = None) -> Store:
+        return cls(connect(url))
+
+    @property
+    def experiments(self) -> ExperimentRegistry:
+        return ExperimentRegistry(self.client)
+
+    @property
+    def exec_cache(self) -> ExecutionCache:
+        return ExecutionCache(self.client)
+
+    def models(self, experiment: str) -> ModelRegistry:
+        return ModelRegistry(self.client, experiment)
+
+    def archive(self, experiment: str) -> CandidateArchive:
+        return CandidateArchive(self.client, experiment)
+
+    def events(self, experiment: str) -> EventLog:
+        return EventLog(self.client, experiment)
+
+
+__all__ = [
+    "CandidateArchive", "EventLog", "ExecutionCache", "Experiment", "ExperimentRegistry",
+    "ModelRegistry", "ModelVersion", "Store", "StoreUnavailable", "code_hash", "connect",
+    "content_hash", "normalize_code", "redact", "resolve_url",
+]

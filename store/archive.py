@@ -1,0 +1,84 @@
+"""Candidate archive: every distinct program (or response) sampled for a task, with metadata.
+
+Dedup is by normalized code hash per task; code text is stored once per hash for the whole
+experiment, records hold only the hash. `seen` counts every sample, duplicates included, so
+budgets count what was drawn, not what was new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+
+from store import keys
+from store.codehash import code_hash
+from store.records import dumps, loads
+
+
+class CandidateArchive:
+    def __init__(self, client: redis.Redis, experiment: str):
+        self.client = client
+        self.experiment = experiment
+        self._code = keys.exp(experiment, "code")
+        self._tasks = keys.exp(experiment, "tasks")
+        self._samples = keys.exp(experiment, "samples")  # task -> samples drawn (dups included)
+
+    def _cands(self, task_id: str) -> str:
+        return keys.exp(self.experiment, "cands", task_id)
+
+    def add_many(self, records: Sequence[dict[str, Any]]) -> list[bool]:
+        """Archive records (each with "task_id" and "code"; other fields are kept as metadata).
+
+        One pipelined round trip for the whole batch. Returns, per record, whether it was new
+        for its task (False: the same normalized program was already archived there).
+        """
+        pipe = self.client.pipeline(transaction=False)
+        for rec in records:
+            if "task_id" not in rec or "code" not in rec:
+                raise ValueError(f"archive record needs 'task_id' and 'code'; got keys {sorted(rec)}")
+            h = code_hash(rec["code"])
+            meta = {k: v for k, v in rec.items() if k != "code"} | {"code_hash": h}
+            pipe.hsetnx(self._code, h, rec["code"])
+            pipe.hsetnx(self._cands(rec["task_id"]), h, dumps(meta))
+            pipe.hincrby(self._samples, rec["task_id"], 1)
+            pipe.sadd(self._tasks, rec["task_id"])
+        results = pipe.execute()
+        return [bool(results[4 * i + 1]) for i in range(len(records))]
+
+    def get_task(self, task_id: str, with_code: bool = True) -> list[dict[str, Any]]:
+        """All distinct candidates of a task, in no particular order."""
+        records = [loads(v) for v in self.client.hvals(self._cands(task_id))]
+        if with_code and records:
+            codes = self.client.hmget(self._code, [r["code_hash"] for r in records])
+            for rec, code in zip(records, codes, strict=True):
+                rec["code"] = code.decode()
+        return records
+
+    def code(self, hashes: Iterable[str]) -> list[str | None]:
+        hashes = list(hashes)
+        if not hashes:
+            return []
+        return [None if c is None else c.decode() for c in self.client.hmget(self._code, hashes)]
+
+    def count(self, task_id: str) -> int:
+        """Distinct candidates archived for the task."""
+        return int(self.client.hlen(self._cands(task_id)))
+
+    def samples(self, task_id: str) -> int:
+        """Samples drawn for the task, duplicates included (what budgets count)."""
+        return int(self.client.hget(self._samples, task_id) or 0)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """Per task: distinct candidates and samples drawn."""
+        tasks = sorted(t.decode() for t in self.client.smembers(self._tasks))
+        pipe = self.client.pipeline(transaction=False)
+        for t in tasks:
+            pipe.hlen(self._cands(t))
+        distinct = pipe.execute()
+        drawn = self.client.hmget(self._samples, tasks) if tasks else []
+        return {
+            t: {"distinct": int(d), "samples": int(s or 0)}
+            for t, d, s in zip(tasks, distinct, drawn, strict=True)
+        }

@@ -1,0 +1,63 @@
+"""One way to get a Redis client: RATCHET_REDIS_URL, or the machine's local server.
+
+redis-py clients are not picklable: pass no client to a Ray actor; call `connect()` inside it.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+
+from store.server import ensure_local_server
+
+ENV_URL = "RATCHET_REDIS_URL"
+CONNECT_TIMEOUT_S = 3.0
+SOCKET_TIMEOUT_S = 30.0
+
+
+class StoreUnavailable(RuntimeError):
+    """Redis could not be reached; the message says where and what to do."""
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for error messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+def resolve_url(url: str | None = None) -> str:
+    """The URL to use: explicit, else $RATCHET_REDIS_URL, else the local server (started if needed)."""
+    return url or os.environ.get(ENV_URL) or ensure_local_server().url
+
+
+def connect(url: str | None = None) -> redis.Redis:
+    """A checked client. Fails within seconds, naming the URL, when Redis cannot be reached.
+
+    `rediss://` URLs use TLS and `redis://user:password@host` credentials, as redis-py parses them.
+    """
+    url = resolve_url(url)
+    try:
+        client = redis.Redis.from_url(
+            url,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            health_check_interval=30,
+            decode_responses=False,
+        )
+        client.ping()
+    except redis.AuthenticationError as e:  # a ConnectionError subclass: catch it first
+        raise StoreUnavailable(f"Redis at {redact(url)} refused the credentials: {e}") from e
+    except (redis.ConnectionError, redis.TimeoutError, OSError) as e:
+        raise StoreUnavailable(
+            f"cannot reach Redis at {redact(url)}: {e}. Check that the server runs and that "
+            f"{ENV_URL} is right (unset it to use ratchet's own local server)."
+        ) from e
+    except ValueError as e:
+        raise StoreUnavailable(f"{ENV_URL}={redact(url)!r} is not a Redis URL: {e}") from e
+    return client

@@ -1,0 +1,61 @@
+"""Shared fixtures: a real private redis-server per test session and a real local Ray."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store import Store
+from store.connection import ENV_URL
+from store.server import LocalServer, ensure_local_server, stop_local_server
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    """A redis-server of the test session's own (AOF, fsync always), torn down at the end.
+
+    Its URL goes into $RATCHET_REDIS_URL so code under test (and Ray workers started
+    afterwards, which inherit the environment) reach it and never the user's server.
+    """
+    data_dir = tmp_path_factory.mktemp("redis")
+    server = ensure_local_server(data_dir)
+    previous = os.environ.get(ENV_URL)
+    os.environ[ENV_URL] = server.url
+    yield server
+    stop_local_server(data_dir)
+    if previous is None:
+        os.environ.pop(ENV_URL, None)
+    else:
+        os.environ[ENV_URL] = previous
+
+
+@pytest.fixture
+def store(redis_server: LocalServer) -> Store:
+    s = Store.connect(redis_server.url)
+    s.client.flushdb()
+    return s
+
+
+@pytest.fixture
+def experiment_name() -> str:
+    return f"test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def ray_local(redis_server: LocalServer) -> Iterator[None]:
+    """A real local Ray (2 CPUs, no dashboard), shared by the session's Ray tests."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {ENV_URL: redis_server.url}})
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ratchet_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("ratchet_home")
