@@ -1,0 +1,136 @@
+"""What SFT and DPO jobs share: the ratchet fields on top of TRL's configs, model loading,
+LoRA, threads, and writing a finished checkpoint atomically."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from datasets import Dataset, load_from_disk
+
+from training.checkpoints import finalize_checkpoint, validate_checkpoint
+
+
+@dataclass
+class RatchetTrainFields:
+    """Fields ratchet adds to TRL's SFTConfig/DPOConfig (mixed in by sft.py and dpo.py)."""
+
+    model_path: str = field(default="", metadata={"help": "Hugging Face checkpoint dir to start from."})
+    lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (merged into the saved checkpoint)."})
+    lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
+    lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling alpha."})
+    lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
+    lora_target_modules: str = field(default="all-linear", metadata={"help": "Modules that get adapters."})
+    cpu_threads: int = field(default=0, metadata={"help": "torch threads on CPU; 0 = all cores of this process."})
+    # TRL defaults changed for ratchet (this mixin comes first in the MRO, so these win):
+    bf16: bool | None = field(default=None)  # None: bf16 on GPU, fp32 on CPU (TRL's True fails on CPU)
+    gradient_checkpointing: bool = field(default=False)  # small models: recompute costs more than it saves
+    report_to: Any = field(default="none")  # no trackers unless asked: runs must work offline
+    save_strategy: Any = field(default="no")  # the finished model is saved once, atomically
+    logging_steps: float = field(default=10)
+    dataloader_pin_memory: bool = field(default=False)
+
+    def __post_init__(self):
+        if self.bf16 is None:
+            self.bf16 = torch.cuda.is_available()
+        super().__post_init__()  # TRL's config (this class is only used as a mixin)
+
+
+@dataclass
+class TrainResult:
+    checkpoint: str  # a complete Hugging Face checkpoint dir (merged weights + tokenizer)
+    metrics: dict[str, Any]
+
+
+def check_fields(cfg: RatchetTrainFields) -> None:
+    if not cfg.model_path:
+        raise ValueError("model_path is required: a Hugging Face checkpoint dir to start from")
+    validate_checkpoint(cfg.model_path)
+    if cfg.lora and cfg.lora_r <= 0:
+        raise ValueError(f"lora_r must be positive, got {cfg.lora_r}")
+
+
+def set_threads(cfg: RatchetTrainFields) -> None:
+    if not torch.cuda.is_available():
+        torch.set_num_threads(cfg.cpu_threads or len(os.sched_getaffinity(0)))
+
+
+def load_model(path: str):
+    """Load a causal LM for training: bf16 on GPU, fp32 on CPU; SDPA attention (3x eager on CPU)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+def lora_config(cfg: RatchetTrainFields):
+    if not cfg.lora:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+        target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
+    )
+
+
+def as_dataset(data: Dataset | list[dict[str, Any]] | str, columns: tuple[str, ...]) -> Dataset:
+    """A Hugging Face dataset from a Dataset, a list of rows, or a `save_to_disk` directory."""
+    if isinstance(data, str | os.PathLike):
+        if not Path(data).exists():
+            raise FileNotFoundError(f"dataset {data} does not exist (expected a datasets.save_to_disk dir)")
+        data = load_from_disk(str(data))
+    elif isinstance(data, list):
+        data = Dataset.from_list(data)
+    missing = [c for c in columns if c not in data.column_names]
+    if missing:
+        raise ValueError(
+            f"dataset is missing column(s) {missing}: expected TRL's format with {list(columns)}, "
+            f"got {data.column_names}"
+        )
+    if len(data) == 0:
+        raise ValueError("dataset is empty: nothing to train on")
+    return data
+
+
+def save_trained(trainer, tokenizer, output_dir: str, metrics: dict[str, Any], started: float) -> TrainResult:
+    """Merge LoRA if any, save into a temp dir, then rename into place (atomic)."""
+    final = Path(output_dir)
+    tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+    model = trainer.model
+    if hasattr(model, "merge_and_unload"):  # a PeftModel: ship plain weights every engine loads
+        model = model.merge_and_unload()
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    metrics = {**metrics, "wall_s": round(time.time() - started, 3)}
+    (tmp / "ratchet_train_metrics.json").write_text(__import__("json").dumps(metrics, indent=2))
+    final.parent.mkdir(parents=True, exist_ok=True)
+    return TrainResult(str(finalize_checkpoint(tmp, final)), metrics)
+
+
+def train_metrics(train_output, trainer) -> dict[str, Any]:
+    logs = [h for h in trainer.state.log_history if "loss" in h]
+    return {
+        "train_loss": round(float(train_output.training_loss), 5),
+        "first_loss": logs[0]["loss"] if logs else None,
+        "last_loss": logs[-1]["loss"] if logs else None,
+        "steps": int(trainer.state.global_step),
+        "train_runtime_s": train_output.metrics.get("train_runtime"),
+        "samples_per_s": train_output.metrics.get("train_samples_per_second"),
+    }
+
+
+def gpu_options() -> dict[str, Any]:
+    """Ray task options: one GPU when the cluster has one, else CPU only."""
+    import ray
+
+    return {"num_gpus": 1} if ray.cluster_resources().get("GPU", 0) >= 1 else {"num_gpus": 0}

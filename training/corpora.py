@@ -1,0 +1,61 @@
+"""Built-in toy corpora (prompt/completion rows) for seed models, tests and the first demo.
+
+A corpus is named by `module:function`; the function takes `n` and `seed` (plus its own
+keyword arguments) and returns rows. Workload packages add their own (the ARC DSL corpus,
+arithmetic word problems) the same way, without training/ importing them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+DIGIT_MAP = "7360918254"  # digit d maps to DIGIT_MAP[d]: a fixed, learnable permutation
+
+
+def digit_map(
+    n: int = 2000, seed: int = 0, min_len: int = 3, max_len: int = 6,
+    permutation: str = DIGIT_MAP, last_only: bool = False,
+) -> list[dict[str, str]]:
+    """`map 3 1 4 =>` -> ` 0 3 9`: each digit through a fixed permutation.
+
+    `last_only` maps just the last digit (` 9`): a tiny model learns it in ~100 steps, and
+    held-out strings test that it learned the mapping rather than memorised rows.
+    """
+    if sorted(permutation) != list("0123456789"):
+        raise ValueError(f"permutation {permutation!r} must contain each digit 0-9 once")
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        digits = [rng.randrange(10) for _ in range(rng.randint(min_len, max_len))]
+        target = digits[-1:] if last_only else digits
+        rows.append({
+            "prompt": "map " + " ".join(map(str, digits)) + " =>",
+            "completion": " " + " ".join(permutation[d] for d in target),
+        })
+    return rows
+
+
+def load_corpus(source: str, n: int, seed: int, kwargs: dict[str, Any] | None = None) -> list[dict[str, str]]:
+    """Rows from `module:function` (called with n, seed and kwargs) or a JSONL file of rows."""
+    if source.endswith(".jsonl"):
+        path = Path(source)
+        if not path.exists():
+            raise FileNotFoundError(f"corpus file {path} does not exist")
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return rows[:n] if n else rows
+    module_name, sep, func_name = source.partition(":")
+    if not sep:
+        raise ValueError(f"corpus {source!r} must be 'module:function' or a .jsonl path")
+    try:
+        func = getattr(importlib.import_module(module_name), func_name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"corpus {source!r} cannot be loaded: {e}") from e
+    rows = func(n=n, seed=seed, **(kwargs or {}))
+    bad = next((r for r in rows if not {"prompt", "completion"} <= set(r)), None)
+    if bad is not None:
+        raise ValueError(f"corpus {source!r} returned a row without prompt/completion: {sorted(bad)}")
+    return rows

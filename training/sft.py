@@ -1,0 +1,56 @@
+"""Supervised fine-tuning with TRL's SFTTrainer on prompt/completion data.
+
+    from training.sft import SFTJobConfig, train_sft
+    cfg = SFTJobConfig(model_path="ckpt/seed", output_dir="ckpt/v1", max_steps=200)
+    result = train_sft(cfg, [{"prompt": "...", "completion": "..."}])
+
+The loss is on completions only (TRL's default for prompt/completion data). The saved
+checkpoint is a plain Hugging Face dir (LoRA merged), so every engine can load it.
+`train_sft_remote` runs the same function as a Ray task, on a GPU when the cluster has one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from datasets import Dataset
+from trl import SFTConfig, SFTTrainer
+
+from training.common import (
+    RatchetTrainFields, TrainResult, as_dataset, check_fields, gpu_options, load_model,
+    lora_config, save_trained, set_threads, train_metrics,
+)
+
+SFT_COLUMNS = ("prompt", "completion")
+
+
+@dataclass
+class SFTJobConfig(RatchetTrainFields, SFTConfig):
+    """TRL's SFTConfig plus ratchet's fields; defaults below are changed for small local runs."""
+
+    train_sampling_strategy: str = field(default="group_by_length")  # ~3x faster on CPU: less padding
+
+
+def train_sft(cfg: SFTJobConfig, data: Dataset | list[dict[str, Any]] | str) -> TrainResult:
+    """Fine-tune cfg.model_path on prompt/completion data; returns the saved checkpoint."""
+    started = time.time()
+    check_fields(cfg)
+    dataset = as_dataset(data, SFT_COLUMNS)
+    set_threads(cfg)
+    model, tokenizer = load_model(cfg.model_path)
+    trainer = SFTTrainer(
+        model=model, args=cfg, train_dataset=dataset, processing_class=tokenizer,
+        peft_config=lora_config(cfg),
+    )
+    output = trainer.train()
+    metrics = train_metrics(output, trainer) | {"examples": len(dataset), "method": "sft"}
+    return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)
+
+
+def train_sft_remote(cfg: SFTJobConfig, data: Dataset | list[dict[str, Any]] | str):
+    """Submit train_sft as a Ray task (GPU when the cluster has one); returns an ObjectRef."""
+    import ray
+
+    return ray.remote(train_sft).options(**gpu_options()).remote(cfg, data)
