@@ -1,0 +1,154 @@
+"""The transformers engine: batched `generate` on a local Hugging Face checkpoint.
+
+Runs anywhere (CPU in tests and demos, bf16 on a GPU when one is present). Rows are the
+prompts repeated n times, generated in left-padded batches with attention masks; a seed
+makes one call reproducible (the same call with the same seed gives the same completions;
+unlike vLLM's per-request seeds, a row's sample also depends on the batch it shares).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from search.engines.base import default_version
+from search.types import (
+    Completion,
+    Prompt,
+    SamplingParams,
+    check_counts,
+    context_error,
+    render_prompt,
+    truncate_at_stop,
+)
+
+
+def default_threads() -> int:
+    """OMP_NUM_THREADS when set (Ray sets it to an actor's CPUs), else the CPUs we may use."""
+    env = os.environ.get("OMP_NUM_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+class TransformersEngine:
+    def __init__(
+        self,
+        checkpoint: str | None = None,
+        *,
+        version: str | None = None,
+        device: str = "auto",  # "auto": cuda when available, else cpu
+        dtype: str = "auto",  # "auto": bfloat16 on cuda, float32 on cpu
+        batch_size: int = 64,  # rows (prompt x sample) per generate call
+        num_threads: int | None = None,  # CPU threads; None: default_threads()
+    ):
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be >= 1")
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        if dtype == "auto":
+            dtype = "bfloat16" if self.device.startswith("cuda") else "float32"
+        self.dtype = getattr(torch, dtype)
+        self.batch_size = batch_size
+        if self.device == "cpu":
+            torch.set_num_threads(num_threads or default_threads())
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.version: str | None = None
+        self.context_length: int | None = None
+        if checkpoint is not None:
+            self.load(checkpoint, version)
+
+    def load(self, checkpoint: str, version: str | None = None) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not os.path.isdir(checkpoint):
+            raise FileNotFoundError(f"checkpoint {checkpoint} is not a directory; pass a Hugging Face checkpoint dir")
+        tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=self.dtype).to(self.device).eval()
+        if tokenizer.pad_token_id is None:  # left padding needs a pad id; EOS is the usual stand-in
+            tokenizer.pad_token = tokenizer.eos_token
+        self.model, self.tokenizer = model, tokenizer
+        self.context_length = int(getattr(model.config, "max_position_embeddings", 0)) or None
+        self.version = version or default_version(checkpoint)
+
+    def _require_model(self) -> None:
+        if self.model is None:
+            raise RuntimeError("no checkpoint loaded: call load(checkpoint) first")
+
+    def encode(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[int]]:
+        """Token ids per prompt, rejecting any that do not fit the context with max_tokens."""
+        self._require_model()
+        ids = []
+        for i, p in enumerate(prompts):
+            # Chat text already carries the template's special tokens; plain text gets the defaults.
+            tokens = self.tokenizer(render_prompt(self.tokenizer, p), add_special_tokens=isinstance(p, str))["input_ids"]
+            if self.context_length and len(tokens) + params.max_tokens > self.context_length:
+                raise context_error(i, len(tokens), params.max_tokens, self.context_length)
+            ids.append(tokens)
+        return ids
+
+    @torch.inference_mode()
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        ids = self.encode(prompts, params)
+        # Greedy samples are identical: generate each prompt once and copy it n times.
+        copies = 1 if params.greedy else params.n
+        rows = [i for i in range(len(ids)) for _ in range(copies)]
+        results: list[list[Completion]] = [[] for _ in prompts]
+        devices = [torch.cuda.current_device()] if self.device.startswith("cuda") else []
+        with torch.random.fork_rng(devices=devices, enabled=params.seed is not None):
+            if params.seed is not None:
+                torch.manual_seed(params.seed)
+            for start in range(0, len(rows), self.batch_size):
+                batch = rows[start : start + self.batch_size]
+                for i, completion in zip(batch, self._generate_batch([ids[i] for i in batch], params), strict=True):
+                    results[i].append(completion)
+        if params.greedy:
+            results = [[row[0]] + [Completion(**row[0].to_dict()) for _ in range(params.n - 1)] for row in results]
+        check_counts(results, len(prompts), params.n, "transformers engine")
+        return results
+
+    def _generate_batch(self, batch: list[list[int]], params: SamplingParams) -> list[Completion]:
+        from transformers import GenerationConfig
+
+        tok = self.tokenizer
+        width = max(len(x) for x in batch)
+        pad = tok.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch], device=self.device)
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch], device=self.device)
+        # A fresh config (not the checkpoint's generation_config) so every engine samples with
+        # the same defaults, like vLLM's generation_config="vllm".
+        config = GenerationConfig(
+            max_new_tokens=params.max_tokens, do_sample=not params.greedy,
+            temperature=params.temperature if not params.greedy else None,
+            top_p=params.top_p if not params.greedy else None,
+            top_k=params.top_k if not params.greedy else None,
+            min_p=(params.min_p or None) if not params.greedy else None,
+            eos_token_id=tok.eos_token_id, pad_token_id=pad,
+            stop_strings=list(params.stop) or None,
+        )
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=mask, generation_config=config,
+            tokenizer=tok if params.stop else None,
+        )
+        generated = out[:, width:].tolist()
+        return [self._completion(row, len(x), params) for row, x in zip(generated, batch, strict=True)]
+
+    def _completion(self, row: list[int], prompt_tokens: int, params: SamplingParams) -> Completion:
+        eos = self.tokenizer.eos_token_id
+        pad = self.tokenizer.pad_token_id
+        if eos in row:
+            length, hit_eos = row.index(eos) + 1, True
+        else:
+            # A row finished by a stop string is padded after it; a full row has no padding.
+            length, hit_eos = len(row), False
+            while length and row[length - 1] == pad:
+                length -= 1
+        text = self.tokenizer.decode(row[:length], skip_special_tokens=True)
+        text, hit_stop = truncate_at_stop(text, params.stop)
+        return Completion(
+            text=text, finish_reason="stop" if hit_eos or hit_stop else "length",
+            prompt_tokens=prompt_tokens, completion_tokens=length, model_version=self.version,
+        )

@@ -1,0 +1,178 @@
+"""The openai engine: any OpenAI-compatible server (`ratchet serve`, `vllm serve`, hosted APIs).
+
+Plain-text prompts go to /v1/completions (batched, several prompts per request); chat
+messages go to /v1/chat/completions, one conversation per request. Requests run
+concurrently under a limit and are retried with exponential backoff on 429, 5xx,
+timeouts and dropped connections. `load(name)` switches the served model name used in
+requests: a remote server loads its own checkpoints.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import openai
+
+from search.types import Completion, ContextLengthError, Prompt, SamplingParams, check_counts
+
+RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
+
+
+class OpenAIEngine:
+    def __init__(
+        self,
+        base_url: str,  # e.g. http://127.0.0.1:8000/v1
+        *,
+        model: str | None = None,  # None: the first model the server lists
+        api_key: str | None = None,  # None: "EMPTY" (servers without auth ignore it)
+        max_concurrency: int = 16,  # HTTP requests in flight at once
+        max_retries: int = 4,  # retries per request on 429/5xx/timeouts
+        backoff_s: float = 0.5,  # first retry delay; doubles each retry, plus jitter
+        timeout_s: float = 120.0,  # per HTTP request
+        prompts_per_request: int = 16,  # text prompts batched into one /v1/completions call
+        http_client: Any = None,  # an httpx.AsyncClient (tests pass one with a mock transport)
+    ):
+        for name, value, low in [("max_concurrency", max_concurrency, 1), ("max_retries", max_retries, 0),
+                                 ("prompts_per_request", prompts_per_request, 1)]:
+            if value < low:
+                raise ValueError(f"{name}={value} must be >= {low}")
+        self.base_url = base_url
+        self.model = model
+        self.api_key = api_key or "EMPTY"
+        self.max_concurrency = max_concurrency
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.timeout_s = timeout_s
+        self.prompts_per_request = prompts_per_request
+        self.http_client = http_client
+        self.version: str | None = model
+        self.context_length: int | None = None  # the server enforces its own
+        self._client: Any = None
+        self._client_loop: Any = None
+
+    def load(self, checkpoint: str, version: str | None = None) -> None:
+        self.model = checkpoint
+        self.version = version or checkpoint
+
+    def _client_for_loop(self) -> Any:
+        # httpx connection pools belong to one event loop: a new loop gets a new client.
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._client_loop is not loop:
+            self._client = openai.AsyncOpenAI(
+                base_url=self.base_url, api_key=self.api_key, max_retries=0, timeout=self.timeout_s,
+                http_client=self.http_client,
+            )
+            self._client_loop = loop
+            self._semaphore = asyncio.Semaphore(self.max_concurrency)
+        return self._client
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        """Blocking form of agenerate; safe to call from inside a running event loop too."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.agenerate(prompts, params))
+        box: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                box["result"] = asyncio.run(self.agenerate(prompts, params))
+            except BaseException as e:  # re-raised in the caller's thread
+                box["error"] = e
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["result"]
+
+    async def agenerate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        client = self._client_for_loop()
+        if self.model is None:
+            self.model = (await self._with_retries(client.models.list)).data[0].id
+            self.version = self.version or self.model
+        jobs: list[tuple[list[int], Any]] = []
+        texts = [i for i, p in enumerate(prompts) if isinstance(p, str)]
+        for s in range(0, len(texts), self.prompts_per_request):
+            idx = texts[s : s + self.prompts_per_request]
+            jobs.append((idx, self._completions(client, [prompts[i] for i in idx], params)))
+        for i, p in enumerate(prompts):
+            if not isinstance(p, str):
+                jobs.append(([i], self._chat(client, p, params)))
+        results: list[list[Completion]] = [[] for _ in prompts]
+        for (idx, _), rows in zip(jobs, await asyncio.gather(*(job for _, job in jobs)), strict=True):
+            for i, row in zip(idx, rows, strict=True):
+                results[i] = row
+        check_counts(results, len(prompts), params.n, f"openai engine ({self.base_url})")
+        return results
+
+    def _request_args(self, params: SamplingParams) -> dict[str, Any]:
+        args: dict[str, Any] = dict(
+            model=self.model, n=params.n, temperature=params.temperature, top_p=params.top_p,
+            max_tokens=params.max_tokens,
+        )
+        if params.stop:
+            args["stop"] = list(params.stop)
+        if params.seed is not None:
+            args["seed"] = params.seed
+        extra = {k: v for k, v in (("top_k", params.top_k), ("min_p", params.min_p)) if v}
+        if extra:  # not in OpenAI's API; vLLM and ratchet serve accept them
+            args["extra_body"] = extra
+        return args
+
+    async def _completions(self, client: Any, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+        resp = await self._with_retries(client.completions.create, prompt=prompts, **self._request_args(params))
+        choices = sorted(resp.choices, key=lambda c: c.index)  # index = prompt * n + sample
+        return self._rows(resp, [(c.text, c.finish_reason, c) for c in choices], len(prompts), params.n)
+
+    async def _chat(self, client: Any, messages: list[dict[str, str]], params: SamplingParams) -> list[list[Completion]]:
+        resp = await self._with_retries(client.chat.completions.create, messages=messages, **self._request_args(params))
+        choices = sorted(resp.choices, key=lambda c: c.index)
+        return self._rows(resp, [(c.message.content or "", c.finish_reason, c) for c in choices], 1, params.n)
+
+    def _rows(self, resp: Any, choices: list[tuple[str, str, Any]], n_prompts: int, n: int) -> list[list[Completion]]:
+        if len(choices) != n_prompts * n:
+            raise RuntimeError(f"{self.base_url} returned {len(choices)} choices for {n_prompts} prompts x n={n}")
+        usage = resp.usage
+        prompt_tokens = (usage.prompt_tokens // n_prompts) if usage else 0
+        total = usage.completion_tokens if usage else 0
+        version = getattr(resp, "system_fingerprint", None) or resp.model
+        completions = []
+        for k, (text, finish, choice) in enumerate(choices):
+            # Per-choice counts are a ratchet serve extension; elsewhere split usage evenly.
+            tokens = (choice.model_extra or {}).get("completion_tokens")
+            if tokens is None:
+                tokens = total // len(choices) + (1 if k < total % len(choices) else 0)
+            completions.append(Completion(
+                text=text, finish_reason="length" if finish == "length" else "stop",
+                prompt_tokens=(choice.model_extra or {}).get("prompt_tokens", prompt_tokens),
+                completion_tokens=int(tokens), model_version=version,
+            ))
+        return [completions[i * n : (i + 1) * n] for i in range(n_prompts)]
+
+    async def _with_retries(self, call: Any, **kwargs: Any) -> Any:
+        for attempt in range(self.max_retries + 1):
+            try:
+                async with self._semaphore:
+                    return await call(**kwargs)
+            except RETRYABLE:
+                if attempt == self.max_retries:
+                    raise
+            except openai.BadRequestError as e:
+                message = _error_message(e)
+                if "context length" in message:
+                    raise ContextLengthError(message) from e
+                raise ValueError(f"{self.base_url} rejected the request: {message}") from e
+            delay = self.backoff_s * 2**attempt
+            await asyncio.sleep(delay + random.uniform(0, delay))
+        raise AssertionError("unreachable")
+
+
+def _error_message(e: openai.APIStatusError) -> str:
+    body = e.body if isinstance(e.body, dict) else {}
+    return str(body.get("message") or e.message)

@@ -1,0 +1,322 @@
+"""SamplerPool: Ray actors, one engine each, behind one async API that loses nothing.
+
+    pool = SamplerPool(PoolConfig(engine="transformers", num_actors=2, experiment="demo"))
+    await pool.ready()
+    await pool.load("v3")                                 # every actor, via the model registry
+    async for i, completions in pool.stream(prompts, SamplingParams(n=8)):
+        ...                                               # results as they complete
+
+Routing is least-loaded with at most `max_inflight_per_actor` requests per actor; callers
+beyond that wait in the driver (backpressure, nothing piles up inside actors). An actor
+that dies is replaced and its in-flight requests are retried on the pool's live actors.
+The logic lives in plain classes (`SamplerWorker`, `Router`); the Ray actor is a shell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError
+
+from search.engines import engine_class, make_engine
+from search.types import Completion, Prompt, SamplingParams, check_counts
+
+# Threads an actor keeps beyond its generate slots, so stats() and load() answer while it works.
+CONTROL_THREADS = 2
+
+
+@dataclass
+class PoolConfig:
+    engine: str = "transformers"  # a name in search.engines.ENGINES
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the engine (not the checkpoint)
+    num_actors: int = 1
+    max_inflight_per_actor: int = 2  # requests sent to one actor before callers wait
+    prompts_per_request: int = 8  # generate()/stream() split prompt lists into requests of this size
+    num_cpus_per_actor: float = 1.0
+    num_gpus_per_actor: float | None = None  # None: 1 when the cluster has GPUs, else 0
+    max_request_retries: int = 3  # times a request is retried after its actor died
+    experiment: str | None = None  # model registry used by load(version)
+
+    def __post_init__(self):
+        engine_class(self.engine)  # raises on an unknown name, listing the known ones
+        for name in ("num_actors", "max_inflight_per_actor", "prompts_per_request"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PoolConfig.{name}={getattr(self, name)} must be >= 1")
+        if self.max_request_retries < 0:
+            raise ValueError(f"PoolConfig.max_request_retries={self.max_request_retries} must be >= 0")
+        if "checkpoint" in self.engine_kwargs:
+            raise ValueError("PoolConfig.engine_kwargs must not hold 'checkpoint': pass it to SamplerPool(checkpoint=...)")
+
+
+@dataclass
+class ActorStats:
+    index: int  # slot in the pool (a restarted actor keeps its slot)
+    version: str | None  # model version loaded
+    busy_s: float  # seconds spent generating
+    tokens_generated: int
+    requests: int  # generate calls served
+    running: int  # generate calls executing now (0 or 1)
+    queue_depth: int  # requests sent to this actor and not yet answered
+    restarts: int  # times this slot's actor was replaced after dying
+
+
+class SamplerWorker:
+    """One engine plus its counters; what runs inside each actor (testable without Ray)."""
+
+    def __init__(self, engine: str, engine_kwargs: dict[str, Any], checkpoint: str | None, version: str | None):
+        self.engine = make_engine(engine, **engine_kwargs)
+        self._generate_lock = threading.Lock()  # one generation at a time: it uses every core/the GPU
+        self._stats_lock = threading.Lock()
+        self.busy_s = 0.0
+        self.tokens_generated = 0
+        self.requests = 0
+        self.running = 0
+        if checkpoint is not None:
+            self.engine.load(checkpoint, version)
+
+    def ready(self) -> str | None:
+        return self.engine.version
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        with self._generate_lock:
+            with self._stats_lock:
+                self.running += 1
+            started = time.perf_counter()
+            try:
+                results = self.engine.generate(prompts, params)
+            finally:
+                with self._stats_lock:
+                    self.running -= 1
+                    self.busy_s += time.perf_counter() - started
+        with self._stats_lock:
+            self.requests += 1
+            self.tokens_generated += sum(c.completion_tokens for row in results for c in row)
+        return results
+
+    def load(self, checkpoint: str, version: str | None) -> str | None:
+        with self._generate_lock:  # requests already running finish on (and are tagged with) the old model
+            self.engine.load(checkpoint, version)
+        return self.engine.version
+
+    def stats(self) -> dict[str, Any]:
+        with self._stats_lock:
+            return dict(version=self.engine.version, busy_s=self.busy_s, tokens_generated=self.tokens_generated,
+                        requests=self.requests, running=self.running)
+
+
+SamplerActor = ray.remote(SamplerWorker)
+
+
+@dataclass
+class Slot:
+    index: int
+    handle: Any
+    inflight: int = 0
+    generation: int = 0  # bumped when the actor is replaced, so one death triggers one restart
+    restarts: int = 0
+
+
+class Router:
+    """Least-loaded slot choice with a per-slot in-flight bound; waiters queue FIFO."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.slots: list[Slot] = []
+        # Plain futures made on the waiter's own loop: no asyncio primitive bound to one loop.
+        self._waiters: deque[asyncio.Future] = deque()
+
+    def add(self, handle: Any) -> Slot:
+        slot = Slot(len(self.slots), handle)
+        self.slots.append(slot)
+        return slot
+
+    def _pick(self) -> Slot | None:
+        free = [s for s in self.slots if s.inflight < self.limit]
+        return min(free, key=lambda s: (s.inflight, s.index)) if free else None
+
+    async def acquire(self) -> Slot:
+        while (slot := self._pick()) is None:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                # A cancelled waiter may have been handed the wake-up: pass it on.
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()
+                raise
+        slot.inflight += 1
+        return slot
+
+    def release(self, slot: Slot) -> None:
+        slot.inflight -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.get_loop().call_soon_threadsafe(_set_if_pending, waiter)
+                return
+
+    def replace(self, slot: Slot, handle: Any) -> None:
+        slot.handle = handle
+        slot.generation += 1
+        slot.restarts += 1
+
+
+def _set_if_pending(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class SamplerPool:
+    def __init__(self, config: PoolConfig, *, checkpoint: str | None = None, version: str | None = None):
+        """Start the actors (returns at once; `await ready()` waits for them to load)."""
+        if not ray.is_initialized():
+            raise RuntimeError("Ray is not initialised: call ray.init() (or ray.init(address='auto')) first")
+        self.config = config
+        self.checkpoint = checkpoint
+        self.version = version
+        gpus = config.num_gpus_per_actor
+        if gpus is None:
+            gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
+        self._actor_options = dict(
+            num_cpus=config.num_cpus_per_actor, num_gpus=gpus,
+            max_concurrency=config.max_inflight_per_actor + CONTROL_THREADS,
+            # The pool replaces dead actors itself (with the current checkpoint) and retries
+            # their requests; Ray's own restart would reload the checkpoint the actor began with.
+            max_restarts=0,
+        )
+        self.router = Router(config.max_inflight_per_actor)
+        for _ in range(config.num_actors):
+            self.router.add(self._spawn())
+
+    def _spawn(self) -> Any:
+        return SamplerActor.options(**self._actor_options).remote(
+            self.config.engine, self.config.engine_kwargs, self.checkpoint, self.version,
+        )
+
+    def _replace(self, slot: Slot, generation: int) -> None:
+        if slot.generation != generation:  # another request already replaced this actor
+            return
+        try:
+            ray.kill(slot.handle, no_restart=True)
+        except Exception:  # already gone
+            pass
+        self.router.replace(slot, self._spawn())
+
+    async def ready(self) -> list[str | None]:
+        """Wait until every actor has loaded its model; returns their versions."""
+        return list(await asyncio.gather(*(s.handle.ready.remote() for s in self.router.slots)))
+
+    async def submit(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        """One request on one actor: params.n completions per prompt. Survives actor deaths."""
+        prompts = list(prompts)
+        attempts = self.config.max_request_retries + 1
+        for attempt in range(attempts):
+            slot = await self.router.acquire()
+            handle, generation = slot.handle, slot.generation
+            try:
+                results = await handle.generate.remote(prompts, params)
+            except RayActorError as e:
+                self._replace(slot, generation)
+                if attempt == attempts - 1:
+                    raise RuntimeError(
+                        f"sampler request failed on {attempts} actors in a row (last: {e}); "
+                        "see the actors' logs (the Ray dashboard) for why they die"
+                    ) from e
+                continue
+            finally:
+                self.router.release(slot)
+            check_counts(results, len(prompts), params.n, f"sampler actor {slot.index}")
+            return results
+        raise AssertionError("unreachable")
+
+    def _chunks(self, prompts: Sequence[Prompt], size: int | None) -> list[tuple[int, list[Prompt]]]:
+        size = size or self.config.prompts_per_request
+        return [(s, list(prompts[s : s + size])) for s in range(0, len(prompts), size)]
+
+    async def stream(
+        self, prompts: Sequence[Prompt], params: SamplingParams, *, prompts_per_request: int | None = None,
+    ) -> AsyncIterator[tuple[int, list[Completion]]]:
+        """Yield (prompt index, its n completions) as requests complete, in completion order."""
+
+        async def run(start: int, chunk: list[Prompt]) -> tuple[int, list[list[Completion]]]:
+            return start, await self.submit(chunk, params)
+
+        tasks = [asyncio.ensure_future(run(s, c)) for s, c in self._chunks(prompts, prompts_per_request)]
+        try:
+            for next_done in asyncio.as_completed(tasks):
+                start, rows = await next_done
+                for k, row in enumerate(rows):
+                    yield start + k, row
+        finally:
+            for t in tasks:  # a caller that stops early leaves nothing running
+                t.cancel()
+
+    async def generate(
+        self, prompts: Sequence[Prompt], params: SamplingParams, *, prompts_per_request: int | None = None,
+    ) -> list[list[Completion]]:
+        """All results in prompt order (requests spread over the actors)."""
+        results: list[list[Completion]] = [[] for _ in prompts]
+        async for i, row in self.stream(prompts, params, prompts_per_request=prompts_per_request):
+            results[i] = row
+        check_counts(results, len(prompts), params.n, "sampler pool")
+        return results
+
+    def generate_sync(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        """generate() for callers without an event loop."""
+        return asyncio.run(self.generate(prompts, params))
+
+    async def load_checkpoint(self, checkpoint: str, version: str | None = None) -> list[str | None]:
+        """Switch every actor to `checkpoint`; completions from then on carry `version`."""
+        self.checkpoint, self.version = checkpoint, version  # replacements start on it too
+        slots = list(self.router.slots)
+        outcomes = await asyncio.gather(
+            *(s.handle.load.remote(checkpoint, version) for s in slots), return_exceptions=True,
+        )
+        for slot, outcome in zip(slots, outcomes, strict=True):
+            if isinstance(outcome, RayActorError):  # its replacement loads the new checkpoint
+                self._replace(slot, slot.generation)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return await self.ready()
+
+    async def load(self, version: str | None = None) -> Any:
+        """Switch every actor to a registry version (None: the current one); returns its ModelVersion."""
+        if not self.config.experiment:
+            raise ValueError("PoolConfig.experiment is not set: set it to load registry versions, "
+                             "or call load_checkpoint(path)")
+        from store import Store
+
+        registry = Store.connect().models(self.config.experiment)
+        mv = registry.get(version) if version else registry.current()
+        if mv is None:
+            raise ValueError(f"experiment {self.config.experiment!r} has no current model version; publish one first")
+        await self.load_checkpoint(mv.checkpoint, mv.version)
+        return mv
+
+    async def stats(self) -> list[ActorStats]:
+        slots = list(self.router.slots)
+        raw = await asyncio.gather(*(s.handle.stats.remote() for s in slots), return_exceptions=True)
+        out = []
+        for slot, r in zip(slots, raw, strict=True):
+            if isinstance(r, BaseException):  # a dead actor reports nothing until replaced
+                r = dict(version=None, busy_s=0.0, tokens_generated=0, requests=0, running=0)
+            out.append(ActorStats(index=slot.index, queue_depth=slot.inflight, restarts=slot.restarts, **r))
+        return out
+
+    def shutdown(self) -> None:
+        for slot in self.router.slots:
+            try:
+                ray.kill(slot.handle, no_restart=True)
+            except Exception:  # already dead
+                pass

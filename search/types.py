@@ -1,0 +1,125 @@
+"""The sampling contract every engine, the pool and the HTTP endpoint share.
+
+`SamplingParams` uses vLLM's names so a config written for one engine means the same to
+the others; `Completion` is what every engine returns, tagged with the model version that
+produced it (DESIGN: every completion records its model version).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+# A prompt is plain text, or chat messages ([{"role": ..., "content": ...}, ...]).
+Messages = list[dict[str, str]]
+Prompt = str | Messages
+FinishReason = Literal["stop", "length"]
+
+
+class ContextLengthError(ValueError):
+    """A prompt (plus max_tokens) does not fit the model's context; the request is rejected."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1  # completions per prompt
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0  # nucleus mass, (0, 1]
+    top_k: int = 0  # 0 (or vLLM's -1) = disabled
+    min_p: float = 0.0  # drop tokens below min_p * p(max), [0, 1]
+    max_tokens: int = 16  # new tokens per completion (vLLM's default)
+    stop: tuple[str, ...] = ()  # stop strings, excluded from the text (as vLLM does)
+    seed: int | None = None  # same seed + same call = same completions
+
+    def __post_init__(self):
+        stop = self.stop
+        if stop is None:
+            stop = ()
+        elif isinstance(stop, str):
+            stop = (stop,)
+        object.__setattr__(self, "stop", tuple(stop))
+        if self.top_k == -1:  # vLLM's older spelling of "disabled"
+            object.__setattr__(self, "top_k", 0)
+        checks = [
+            ("n", isinstance(self.n, int) and self.n >= 1, "an integer >= 1"),
+            ("temperature", self.temperature >= 0, ">= 0 (0 means greedy)"),
+            ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
+            ("top_k", isinstance(self.top_k, int) and self.top_k >= 0, "0/-1 (disabled) or a positive integer"),
+            ("min_p", 0 <= self.min_p <= 1, "in [0, 1]"),
+            ("max_tokens", isinstance(self.max_tokens, int) and self.max_tokens >= 1, "an integer >= 1"),
+            ("stop", all(isinstance(s, str) and s for s in self.stop), "non-empty strings"),
+            ("seed", self.seed is None or isinstance(self.seed, int), "an integer or None"),
+        ]
+        for name, ok, want in checks:
+            if not ok:
+                raise ValueError(f"SamplingParams.{name}={getattr(self, name)!r} is invalid: it must be {want}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> SamplingParams:
+        unknown = set(d) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown sampling parameter(s) {sorted(unknown)}; known: {sorted(cls.__dataclass_fields__)}")
+        return cls(**d)
+
+
+@dataclass
+class Completion:
+    text: str
+    finish_reason: FinishReason  # "stop": EOS or a stop string; "length": max_tokens reached
+    prompt_tokens: int
+    completion_tokens: int
+    model_version: str | None = None  # registry version (or checkpoint name) that produced it
+    extra: dict[str, Any] = field(default_factory=dict)  # engine-specific details
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Completion:
+        return cls(**d)
+
+
+def check_counts(results: Sequence[Sequence[Completion]], n_prompts: int, n: int, source: str) -> None:
+    """Raise unless there is one list per prompt with exactly n completions each."""
+    if len(results) != n_prompts:
+        raise RuntimeError(f"{source} returned {len(results)} results for {n_prompts} prompts")
+    for i, row in enumerate(results):
+        if len(row) != n:
+            raise RuntimeError(f"{source} returned {len(row)} completions for prompt {i}, asked for n={n}")
+
+
+def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
+    """Prompt text for a model: messages go through the tokenizer's chat template when it has one."""
+    if isinstance(prompt, str):
+        return prompt
+    if not isinstance(prompt, list) or not all(isinstance(m, dict) and "content" in m for m in prompt):
+        raise ValueError("a prompt must be a string or a list of {'role', 'content'} messages")
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+    # No template: a plain role-tagged transcript, so base models still get a usable prompt.
+    lines = [f"{m.get('role', 'user')}: {m['content']}" for m in prompt]
+    return "\n".join(lines) + "\nassistant:"
+
+
+def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Text up to the earliest stop string (excluded), and whether one was found."""
+    cut = min((i for i in (text.find(s) for s in stop) if i >= 0), default=-1)
+    return (text[:cut], True) if cut >= 0 else (text, False)
+
+
+def context_error(prompt_index: int, prompt_tokens: int, max_tokens: int, context: int) -> ContextLengthError:
+    return ContextLengthError(
+        f"prompt {prompt_index} has {prompt_tokens} tokens and max_tokens is {max_tokens}: "
+        f"{prompt_tokens + max_tokens} exceeds the model's maximum context length of {context} tokens; "
+        "shorten the prompt or lower max_tokens"
+    )
