@@ -1,0 +1,203 @@
+"""ArcExecutor: run programs on a task's inputs in warm sandboxes, with the execution cache.
+
+    with ArcExecutor(workers=2, cache=store.exec_cache) as ex:
+        results = ex.execute_many(task, programs)   # one ProgramResult per program, in order
+
+The executor is plain Python (threads talk to the worker processes; the work happens in
+them), so it is testable without Ray; pool.py wraps it in an actor. Per batch:
+
+1. hash every program (normalized code hash) and drop duplicates within the batch;
+2. look the rest up in the cache under the task fingerprint, which covers the input grids,
+   the limits and verifier version, and the source of the allowed modules, so changing
+   any of them starts a fresh cache; expected outputs are not part of it (results are
+   scored after lookup), so the same inputs with different answers share entries;
+3. run the misses, one program per fork, spread over the idle workers;
+4. store the new executions and score every program against the expected outputs.
+
+Everything is cached, timeouts included: a program that never stops is the costliest to
+repeat. Only infrastructure failures (a lost worker) are not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from store import ExecutionCache, code_hash, content_hash
+from verifiers.arc.grids import ArcTask, encode_rows
+from verifiers.arc.results import InputResult, ProgramResult
+from verifiers.arc.sandbox import (
+    PROJECT_ROOT,
+    SandboxLimits,
+    SandboxWorker,
+    WorkerLost,
+    decode_run,
+)
+from verifiers.arc.scoring import score_input
+
+
+class ArcExecutor:
+    """Executes ARC programs in ``workers`` warm sandbox processes (started on first use)."""
+
+    def __init__(self, *, workers: int = 1, limits: SandboxLimits | None = None,
+                 allowed_modules: Sequence[str] = (), extra_paths: Sequence[str | Path] = (),
+                 cache: ExecutionCache | None = None):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        self.workers = workers
+        self.limits = limits or SandboxLimits()
+        self.allowed_modules = tuple(allowed_modules)
+        self.extra_paths = tuple(str(p) for p in extra_paths)
+        self.cache = cache
+        self._modules_digest = _modules_digest(self.allowed_modules,
+                                               [*self.extra_paths, str(PROJECT_ROOT)])
+        self._idle: queue.SimpleQueue[SandboxWorker] = queue.SimpleQueue()
+        self._all: list[SandboxWorker] = []
+        self._threads: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self.executed = 0   # programs actually run in a sandbox
+        self.reused = 0     # programs answered by the cache or a duplicate in their batch
+
+    # ------------------------------------------------------------------ lifecycle
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if self._threads is not None:
+                return
+            workers = [SandboxWorker(allowed_modules=self.allowed_modules,
+                                     extra_paths=self.extra_paths) for _ in range(self.workers)]
+            with ThreadPoolExecutor(self.workers) as starter:  # ~0.5 s each, in parallel
+                errors = [f.exception() for f in [starter.submit(w.start) for w in workers]]
+            if any(errors):
+                for w in workers:
+                    w.close()
+                raise next(e for e in errors if e)
+            for w in workers:
+                self._all.append(w)
+                self._idle.put(w)
+            self._threads = ThreadPoolExecutor(self.workers, thread_name_prefix="arc-sandbox")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._threads is not None:
+                self._threads.shutdown(wait=True)
+                self._threads = None
+            for w in self._all:
+                w.close()
+            self._all.clear()
+            self._idle = queue.SimpleQueue()
+
+    def __enter__(self) -> ArcExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def worker_pids(self) -> list[int]:
+        return [w.pid for w in self._all if w.pid is not None]
+
+    # ------------------------------------------------------------------ execution
+    def fingerprint(self, task: ArcTask) -> str:
+        """Cache key part for a task: its inputs + limits/version + allowed modules' source."""
+        return content_hash(json.dumps(
+            [[encode_rows(g) for g in task.inputs], self.limits.tag(), self._modules_digest]))
+
+    def execute(self, task: ArcTask, code: str) -> ProgramResult:
+        return self.execute_many(task, [code])[0]
+
+    def execute_many(self, task: ArcTask, programs: Sequence[str]) -> list[ProgramResult]:
+        """One ProgramResult per program, in order; identical programs run once."""
+        if isinstance(programs, str):
+            raise TypeError("programs: expected a sequence of source strings, got one string; "
+                            "use execute(task, code) for a single program")
+        hashes = [code_hash(c) for c in programs]
+        unique: dict[str, str] = {}
+        for h, c in zip(hashes, programs, strict=True):
+            unique.setdefault(h, c)
+        fp = self.fingerprint(task)
+        n_inputs = len(task.inputs)
+        done = self._lookup(fp, list(unique), n_inputs)
+        missing = [h for h in unique if h not in done]
+        fresh = self._run_all(fp, task, [unique[h] for h in missing])
+        done.update(zip(missing, fresh, strict=True))
+        if self.cache is not None:
+            self.cache.set_many([
+                (fp, h, {"inputs": [r.to_cache() for r in runs]})
+                for h, runs in zip(missing, fresh, strict=True)
+                if not any(r.error_type == "SandboxError" for r in runs)])
+        ran = set(missing)
+        results = []
+        expected = task.expected
+        n_train = len(task.train)
+        for h in hashes:
+            scored = [score_input(r, e) for r, e in zip(done[h], expected, strict=True)]
+            results.append(ProgramResult(task.id, h, tuple(scored[:n_train]),
+                                         tuple(scored[n_train:]), cached=h not in ran))
+            ran.discard(h)  # a later duplicate in this batch is served, not run
+        self.executed += len(missing)
+        self.reused += len(programs) - len(missing)
+        return results
+
+    def _lookup(self, fp: str, hashes: list[str], n_inputs: int) -> dict[str, list[InputResult]]:
+        if self.cache is None or not hashes:
+            return {}
+        found: dict[str, list[InputResult]] = {}
+        for h, entry in zip(hashes, self.cache.get_many([(fp, h) for h in hashes]), strict=True):
+            raw = entry.get("inputs") if isinstance(entry, dict) else None
+            if not isinstance(raw, list) or len(raw) != n_inputs:
+                continue
+            runs = [InputResult.from_cache(x) for x in raw]
+            if all(r is not None for r in runs):
+                found[h] = runs  # type: ignore[assignment]
+        return found
+
+    def _run_all(self, fp: str, task: ArcTask, codes: list[str]) -> list[list[InputResult]]:
+        if not codes:
+            return []
+        self._ensure_started()
+        assert self._threads is not None
+        return list(self._threads.map(lambda c: self._run_one(fp, task, c), codes))
+
+    def _run_one(self, fp: str, task: ArcTask, code: str) -> list[InputResult]:
+        inputs = task.inputs
+        worker = self._idle.get()
+        try:
+            raw = worker.run(fp, inputs, self.limits, code)
+        except WorkerLost as e:
+            worker.restart()
+            return [InputResult("error", None, "SandboxError", str(e)[:200])] * len(inputs)
+        finally:
+            self._idle.put(worker)
+        return decode_run(raw, len(inputs))
+
+    def stats(self) -> dict[str, Any]:
+        return {"executed": self.executed, "reused": self.reused, "workers": self.workers,
+                "restarts": sum(w.restarts for w in self._all)}
+
+
+def _modules_digest(names: Sequence[str], paths: Sequence[str]) -> dict[str, str]:
+    """Hash of each allowed module's source (a package: all its .py files), found on
+    ``paths`` without importing it. Raises ValueError naming a module that is not there."""
+    digests = {}
+    for name in names:
+        rel = Path(*name.split("."))
+        for base in map(Path, paths):
+            candidates = [base / rel.with_suffix(".py"), base / rel / "__init__.py"]
+            hit = next((c for c in candidates if c.is_file()), None)
+            if hit is not None:
+                files = sorted(hit.parent.rglob("*.py")) if hit.name == "__init__.py" else [hit]
+                h = hashlib.sha256()
+                for f in files:
+                    h.update(f.read_bytes())
+                digests[name] = h.hexdigest()[:20]
+                break
+        else:
+            raise ValueError(f"allowed_modules: {name!r} not found under {list(paths)}; "
+                             "give its dotted name relative to the project root or extra_paths")
+    return digests

@@ -1,0 +1,365 @@
+"""The sandbox worker: a warm fork server that runs each program in a fresh, fenced child.
+
+Runs as its own interpreter (``python zygote.py``, started by sandbox.SandboxWorker with a
+clean environment), never as part of the verifier: the verifier's memory holds expected
+outputs, Redis clients and other programs' results, and a forked child could read all of
+it. This process holds only what a program may see (the task's input grids and the code).
+It imports numpy, a curated set of computation-only stdlib modules and the caller's
+allowed modules once, then for every program:
+
+    fork -> child: stdio to /dev/null, result pipe on fd 3, all other fds closed, rlimits,
+            drop to nobody (if root), import guard, seccomp (see fence.py), seeded RNGs,
+            exec the code, call transform() on a fresh copy of each input, write one line
+            per input to fd 3, _exit
+         -> here: watch the child's CPU clock and wall clock against a cumulative per-input
+            budget, read at most max_result_bytes, SIGKILL through a pidfd, reap, reply
+
+Because every program gets its own copy-on-write child of a process that never runs
+program code, nothing a program does (monkeypatching numpy or builtins, leaking memory,
+closing fds) can reach a later program. The child's lines are untrusted: the parent
+decodes them strictly (sandbox.decode_run). Protocol with the parent: 4-byte big-endian
+length + JSON frames on the fds that were stdin/stdout at start.
+"""
+
+from __future__ import annotations
+
+import builtins
+import gc
+import importlib
+import json
+import os
+import random
+import select
+import signal
+import struct
+import sys
+import time
+
+import fence  # sibling module: this file runs as a script, its directory is sys.path[0]
+
+# Computation-only standard library modules a program may import (all preloaded, because
+# the child cannot open files). sys is here because flood-fill code raises the recursion
+# limit with it; it exposes nothing the kernel fences do not already cover.
+STDLIB_ALLOWED = (
+    "__future__", "abc", "array", "bisect", "cmath", "collections", "collections.abc",
+    "contextlib", "copy", "dataclasses", "decimal", "enum", "fractions", "functools",
+    "heapq", "itertools", "json", "math", "numbers", "operator", "queue", "random", "re",
+    "statistics", "string", "sys", "textwrap", "time", "types", "typing", "warnings",
+)
+# Not numpy.random (nondeterministic, and 7 MB more warm heap: every fork and exit pays for
+# resident pages) nor numpy.ma/polynomial (rare in ARC code); importing them is "forbidden".
+NUMPY_PRELOAD = ("numpy", "numpy.linalg", "numpy.fft", "numpy.lib.stride_tricks")
+RESULT_FD = 3
+MAX_FDS = 8
+EXIT_SETUP_FAILED = 71
+
+
+class ForbiddenImport(ImportError):
+    pass
+
+
+def read_frame(fd: int) -> dict | None:
+    head = _read_exact(fd, 4)
+    if head is None:
+        return None
+    body = _read_exact(fd, struct.unpack(">I", head)[0])
+    return None if body is None else json.loads(body)
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def write_frame(fd: int, obj: dict) -> None:
+    body = json.dumps(obj, separators=(",", ":")).encode()
+    data = struct.pack(">I", len(body)) + body
+    while data:
+        data = data[os.write(fd, data):]
+
+
+# ---------------------------------------------------------------- the child (program side)
+
+def _encode_cell(v: object) -> int:
+    t = type(v)
+    if t is int or isinstance(v, _np.integer):
+        return int(v)
+    if (t is float or isinstance(v, _np.floating)) and float(v).is_integer():
+        return int(v)  # np.zeros() habit: integral floats are accepted as ints
+    raise TypeError(f"cell of type {t.__name__}")
+
+
+def _encode_output(out: object) -> str:
+    """A transform() result -> JSON line. Runs in the child, on a hostile object."""
+    if type(out) is _np.ndarray:
+        if out.ndim != 2 or out.dtype.kind not in "iuf":
+            return _line("invalid_output", "InvalidOutput",
+                         f"array of ndim {out.ndim} and dtype {out.dtype}, expected 2-D ints")
+        rows = out.tolist()
+    elif type(out) is list or type(out) is tuple:
+        rows = out
+    else:
+        return _line("invalid_output", "InvalidOutput",
+                     f"returned {type(out).__name__}, expected a list of lists or a 2-D array")
+    if not 1 <= len(rows) <= 30:
+        return _line("invalid_output", "InvalidOutput", f"{len(rows)} rows, ARC allows 1..30")
+    text = []
+    width = -1
+    for row in rows:
+        if type(row) is _np.ndarray:
+            row = row.tolist()
+        if type(row) is not list and type(row) is not tuple:
+            return _line("invalid_output", "InvalidOutput", f"row of type {type(row).__name__}")
+        if width < 0:
+            width = len(row)
+        if len(row) != width or not 1 <= width <= 30:
+            return _line("invalid_output", "InvalidOutput",
+                         f"ragged or out-of-range width {len(row)} (ARC allows 1..30, rectangular)")
+        try:
+            cells = [_encode_cell(v) for v in row]
+        except TypeError as e:
+            return _line("invalid_output", "InvalidOutput", str(e))
+        if min(cells) < 0 or max(cells) > 9:
+            return _line("invalid_output", "InvalidOutput", "cell outside 0..9")
+        text.append("".join([_DIGIT[c] for c in cells]))
+    return _dumps(["ok", text]) + "\n"
+
+
+_DIGIT = "0123456789"
+
+
+def _line(status: str, etype: str, message: str) -> str:
+    return _dumps([status, etype, message[:200]]) + "\n"
+
+
+def _failure(e: BaseException) -> str:
+    try:
+        etype = type(e).__name__
+        message = str(e)
+    except BaseException:  # a hostile __str__; the type name is our own lookup
+        etype, message = "Exception", "(unprintable)"
+    etype = etype if type(etype) is str else "Exception"
+    message = message if type(message) is str else ""
+    if isinstance(e, MemoryError):
+        return _line("memory", etype, message or "out of memory")
+    if isinstance(e, ForbiddenImport | PermissionError):
+        return _line("forbidden", etype, message)
+    return _line("error", etype, message)
+
+
+def _guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
+    if level != 0 or not _import_allowed(name):
+        raise ForbiddenImport(f"import of {name!r} is not allowed in ARC programs")
+    return _real_import(name, globals, locals, fromlist, level)
+
+
+def _import_allowed(name: str) -> bool:
+    if name in _ALLOWED_EXACT or name.split(".", 1)[0] == "numpy":
+        return True
+    return any(name.startswith(m + ".") for m in _ALLOWED_PREFIXES)
+
+
+def _child_setup(result_w: int, devnull: int, limits: dict) -> None:
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    if result_w != RESULT_FD:
+        os.dup2(result_w, RESULT_FD)
+    os.closerange(RESULT_FD + 1, 1 << 20)
+    fence.set_limits(address_space_bytes=_vm_bytes() + limits["memory_bytes"],
+                     cpu_seconds=limits["cpu_backstop_s"], max_fds=MAX_FDS)
+    fence.drop_privileges()
+    fence.die_with_parent()  # after the uid change, which clears the parent-death signal
+    random.seed(0)  # os.fork reseeded it from urandom; programs must be repeatable
+    builtins.__import__ = _guarded_import
+    _SECCOMP.load()
+
+
+def _child(code: str, inputs: list, result_w: int, devnull: int, limits: dict) -> None:
+    """Never returns. Every failure becomes a line or an exit code, never an exception."""
+    try:
+        _child_setup(result_w, devnull, limits)
+    except BaseException:
+        os._exit(EXIT_SETUP_FAILED)
+    write = os.write
+    try:
+        namespace = {"__name__": "arc_program", "__builtins__": builtins}
+        exec(compile(code, "<program>", "exec"), namespace)
+        transform = namespace.get("transform")
+        if not callable(transform):
+            raise NameError("the program defines no callable transform(grid)")
+    except BaseException as e:
+        line = _failure(e).encode()
+        for _ in inputs:
+            write(RESULT_FD, line)
+        os._exit(0)
+    for grid in inputs:
+        try:
+            line = _encode_output(transform([list(row) for row in grid]))
+        except BaseException as e:
+            line = _failure(e)
+        write(RESULT_FD, line.encode())
+    os._exit(0)
+
+
+# ---------------------------------------------------------------- the server (trusted side)
+
+def _vm_bytes() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _cpu_seconds(pid: int, last: float) -> float:
+    try:  # the CPU-time clock of another process: ((~pid) << 3) | CPUCLOCK_SCHED
+        return time.clock_gettime((~pid << 3) | 2)
+    except OSError:  # already exited
+        return last
+
+
+def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> dict:
+    """Fork a child for ``code``, enforce the budgets, return its raw lines and fate."""
+    # cumulative CPU allowance once k inputs are done: setup + budgets[0..k]
+    allow = [limits["setup_cpu_s"]]
+    for b in budgets:
+        allow.append(allow[-1] + b)
+    _reap()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        _child(code, inputs, w, _DEVNULL, limits)
+    os.close(w)
+    pidfd = os.pidfd_open(pid)
+    poller = select.poll()
+    poller.register(r, select.POLLIN)
+    poller.register(pidfd, select.POLLIN)
+    start = time.monotonic()
+    buf = bytearray()
+    lines, cpu, term, reading = 0, 0.0, "exit", True
+    cap = limits["max_result_bytes"]
+    while True:
+        k = min(lines, len(budgets)) + 1 if budgets else 0
+        cpu_allow = allow[min(k, len(allow) - 1)]
+        wall_allow = cpu_allow * limits["wall_factor"] + limits["wall_slack_s"]
+        cpu = _cpu_seconds(pid, cpu)
+        wall = time.monotonic() - start
+        if cpu >= cpu_allow or wall >= wall_allow:
+            term = "timeout"
+            break
+        wait_ms = max(1, int(1000 * min(cpu_allow - cpu, wall_allow - wall)) + 1)
+        exited = False
+        for fd, _ in poller.poll(wait_ms):
+            if fd == pidfd:
+                exited = True
+            elif reading:
+                chunk = os.read(r, 65536)
+                if not chunk:
+                    reading = False
+                    poller.unregister(r)
+                buf += chunk
+                lines += chunk.count(b"\n")
+        if len(buf) > cap:
+            term = "overflow"
+            break
+        if lines >= len(budgets) and not exited:
+            term = "done"  # every input answered: the rest is exit teardown (or mischief)
+            break
+        if exited:
+            while reading and len(buf) <= cap:  # the only writer is gone: read to EOF
+                chunk = os.read(r, 65536)
+                reading = bool(chunk)
+                buf += chunk
+            if len(buf) > cap:
+                term = "overflow"
+            break
+    exit_code = None
+    if term == "exit":
+        exit_code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        os.close(pidfd)
+    else:  # killed now, reaped before the next fork: its teardown overlaps our reply
+        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        _UNREAPED.append((pid, pidfd))
+    os.close(r)
+    return {
+        "term": "exit" if term == "done" else term,
+        "exit_code": exit_code,
+        "out": bytes(buf[:cap]).decode("latin-1"),
+        "cpu_s": round(cpu, 6),
+        "wall_s": round(time.monotonic() - start, 6),
+    }
+
+
+def _reap() -> None:
+    while _UNREAPED:
+        pid, pidfd = _UNREAPED.pop()
+        os.waitpid(pid, 0)
+        os.close(pidfd)
+
+
+def _preload(names: list[str]) -> dict[str, str]:
+    """Import modules now (the child cannot read files); name -> error for failures."""
+    errors = {}
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as e:
+            errors[name] = f"{type(e).__name__}: {e}"
+    return errors
+
+
+def main() -> None:
+    proto_in, proto_out = os.dup(0), os.dup(1)
+    global _DEVNULL, _SECCOMP, _ALLOWED_EXACT, _ALLOWED_PREFIXES
+    _DEVNULL = os.open(os.devnull, os.O_RDWR)
+    os.dup2(_DEVNULL, 0)
+    os.dup2(_DEVNULL, 1)  # a stray print() in an imported module must not corrupt frames
+    # No PR_SET_PDEATHSIG here: it fires when the *thread* that started us exits, and the
+    # verifier starts workers from short-lived threads. EOF on stdin ends us instead.
+    config = read_frame(proto_in)
+    if config is None:
+        return
+    allowed = list(config.get("allowed_modules", []))
+    errors = _preload(list(STDLIB_ALLOWED) + list(NUMPY_PRELOAD) + allowed)
+    sys.path[:] = [p for p in sys.path if p != os.path.dirname(os.path.abspath(__file__))]
+    _ALLOWED_EXACT = frozenset(STDLIB_ALLOWED) | frozenset(allowed)
+    _ALLOWED_PREFIXES = tuple(n for n in STDLIB_ALLOWED + tuple(allowed) if n != "sys")
+    _SECCOMP = fence.SeccompFilter()
+    netns = fence.unshare_network() if os.geteuid() == 0 else False
+    gc.collect()
+    gc.freeze()  # children then leave the warm heap's pages shared (no gc writes to them)
+    write_frame(proto_out, {"ready": True, "pid": os.getpid(), "errors": errors,
+                            "netns": netns, "root": os.geteuid() == 0})
+    inputs: list = []
+    budgets: list[float] = []
+    limits: dict = {}
+    while True:
+        req = read_frame(proto_in)
+        if req is None:
+            return
+        if req["op"] == "task":
+            inputs = [[[int(c) for c in row] for row in g] for g in req["inputs"]]
+            budgets = [float(b) for b in req["budgets"]]
+            limits = req["limits"]
+            write_frame(proto_out, {"ok": True})
+        elif req["op"] == "run":
+            write_frame(proto_out, run_program(req["code"], inputs, budgets, limits))
+        else:
+            write_frame(proto_out, {"error": f"unknown op {req['op']!r}"})
+
+
+_DEVNULL = -1
+_UNREAPED: list[tuple[int, int]] = []
+_SECCOMP: fence.SeccompFilter
+_ALLOWED_EXACT: frozenset[str] = frozenset()
+_ALLOWED_PREFIXES: tuple[str, ...] = ()
+_real_import = builtins.__import__
+_dumps = json.dumps
+
+if __name__ == "__main__":
+    import numpy as _np
+
+    main()
