@@ -43,14 +43,15 @@ def connect(url: str | None = None) -> redis.Redis:
     """
     url = resolve_url(url)
     try:
+        # probe with short timeouts first: a server that accepts but never answers fails fast
+        with redis.Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S, socket_timeout=CONNECT_TIMEOUT_S) as probe:
+            probe.ping()
         client = redis.Redis.from_url(
             url,
             socket_connect_timeout=CONNECT_TIMEOUT_S,
             socket_timeout=SOCKET_TIMEOUT_S,
             health_check_interval=30,
-            decode_responses=False,
         )
-        client.ping()
     except redis.AuthenticationError as e:  # a ConnectionError subclass: catch it first
         raise StoreUnavailable(f"Redis at {redact(url)} refused the credentials: {e}") from e
     except (redis.ConnectionError, redis.TimeoutError, OSError) as e:

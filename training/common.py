@@ -3,9 +3,13 @@ LoRA, threads, and writing a finished checkpoint atomically."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
+import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,6 +104,21 @@ def as_dataset(data: Dataset | list[dict[str, Any]] | str, columns: tuple[str, .
     if len(data) == 0:
         raise ValueError("dataset is empty: nothing to train on")
     return data
+
+
+@contextlib.contextmanager
+def scratch_run(cfg):
+    """The same config with output_dir moved to a scratch dir beside it, removed afterwards.
+
+    The trainer writes logs and state into its output_dir as it goes; the final checkpoint
+    appears at cfg.output_dir only once complete, so a crash leaves nothing there.
+    """
+    final = Path(cfg.output_dir)
+    work = final.with_name(f".{final.name}.work-{uuid.uuid4().hex[:8]}")
+    try:
+        yield dataclasses.replace(cfg, output_dir=str(work))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def save_trained(trainer, tokenizer, output_dir: str, metrics: dict[str, Any], started: float) -> TrainResult:

@@ -18,7 +18,7 @@ from trl import DPOConfig, DPOTrainer
 
 from training.common import (
     RatchetTrainFields, TrainResult, as_dataset, check_fields, gpu_options, load_model,
-    lora_config, save_trained, set_threads, train_metrics,
+    lora_config, save_trained, scratch_run, set_threads, train_metrics,
 )
 
 DPO_COLUMNS = ("prompt", "chosen", "rejected")
@@ -29,20 +29,23 @@ class DPOJobConfig(RatchetTrainFields, DPOConfig):
     """TRL's DPOConfig plus ratchet's fields (and its changed defaults, see RatchetTrainFields)."""
 
 
-def train_dpo(cfg: DPOJobConfig, data: Dataset | list[dict[str, Any]] | str) -> TrainResult:
+def train_dpo(
+    cfg: DPOJobConfig, data: Dataset | list[dict[str, Any]] | str, callbacks: list | None = None
+) -> TrainResult:
     """Preference-tune cfg.model_path on prompt/chosen/rejected pairs; returns the checkpoint."""
     started = time.time()
     check_fields(cfg)
     dataset = as_dataset(data, DPO_COLUMNS)
     set_threads(cfg)
     model, tokenizer = load_model(cfg.model_path)
-    trainer = DPOTrainer(
-        model=model, args=cfg, train_dataset=dataset, processing_class=tokenizer,
-        peft_config=lora_config(cfg),
-    )
-    output = trainer.train()
-    metrics = train_metrics(output, trainer) | {"examples": len(dataset), "method": "dpo", "beta": cfg.beta}
-    return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)
+    with scratch_run(cfg) as run_cfg:
+        trainer = DPOTrainer(
+            model=model, args=run_cfg, train_dataset=dataset, processing_class=tokenizer,
+            peft_config=lora_config(cfg), callbacks=callbacks,
+        )
+        output = trainer.train()
+        metrics = train_metrics(output, trainer) | {"examples": len(dataset), "method": "dpo", "beta": cfg.beta}
+        return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)
 
 
 def train_dpo_remote(cfg: DPOJobConfig, data: Dataset | list[dict[str, Any]] | str):

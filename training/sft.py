@@ -20,7 +20,7 @@ from trl import SFTConfig, SFTTrainer
 
 from training.common import (
     RatchetTrainFields, TrainResult, as_dataset, check_fields, gpu_options, load_model,
-    lora_config, save_trained, set_threads, train_metrics,
+    lora_config, save_trained, scratch_run, set_threads, train_metrics,
 )
 
 SFT_COLUMNS = ("prompt", "completion")
@@ -33,20 +33,23 @@ class SFTJobConfig(RatchetTrainFields, SFTConfig):
     train_sampling_strategy: str = field(default="group_by_length")  # ~3x faster on CPU: less padding
 
 
-def train_sft(cfg: SFTJobConfig, data: Dataset | list[dict[str, Any]] | str) -> TrainResult:
+def train_sft(
+    cfg: SFTJobConfig, data: Dataset | list[dict[str, Any]] | str, callbacks: list | None = None
+) -> TrainResult:
     """Fine-tune cfg.model_path on prompt/completion data; returns the saved checkpoint."""
     started = time.time()
     check_fields(cfg)
     dataset = as_dataset(data, SFT_COLUMNS)
     set_threads(cfg)
     model, tokenizer = load_model(cfg.model_path)
-    trainer = SFTTrainer(
-        model=model, args=cfg, train_dataset=dataset, processing_class=tokenizer,
-        peft_config=lora_config(cfg),
-    )
-    output = trainer.train()
-    metrics = train_metrics(output, trainer) | {"examples": len(dataset), "method": "sft"}
-    return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)
+    with scratch_run(cfg) as run_cfg:
+        trainer = SFTTrainer(
+            model=model, args=run_cfg, train_dataset=dataset, processing_class=tokenizer,
+            peft_config=lora_config(cfg), callbacks=callbacks,
+        )
+        output = trainer.train()
+        metrics = train_metrics(output, trainer) | {"examples": len(dataset), "method": "sft"}
+        return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)
 
 
 def train_sft_remote(cfg: SFTJobConfig, data: Dataset | list[dict[str, Any]] | str):

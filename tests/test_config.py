@@ -1,0 +1,63 @@
+"""Typed YAML configs: unknown and mistyped fields are errors that name the field."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import pytest
+
+from common.config import ConfigError, build_config, load_config
+from training.seed import SeedConfig
+
+
+@dataclass
+class Inner:
+    k: int = 3
+    mode: Literal["a", "b"] = "a"
+
+
+@dataclass
+class Outer:
+    name: str = "x"
+    inner: Inner = field(default_factory=Inner)
+
+
+def test_yaml_overrides_and_cli_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("inner:\n  k: 5\n")
+    cfg = load_config(path, Outer, overrides=["inner.mode=b", "name=run1"])
+    assert cfg == Outer(name="run1", inner=Inner(k=5, mode="b"))
+    assert load_config(None, Outer) == Outer()
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"inner": {"kk": 1}}, "unknown field 'inner.kk'"),
+        ({"nme": "x"}, "unknown field 'nme'"),
+        ({"inner": {"k": "many"}}, "field 'inner.k'"),
+        ({"inner": {"mode": "c"}}, "field 'inner.mode'"),
+    ],
+)
+def test_bad_fields_are_named(data, message):
+    with pytest.raises(ConfigError, match=message):
+        build_config(Outer, data, "my.yaml")
+
+
+def test_post_init_checks_surface_with_the_source():
+    with pytest.raises(ConfigError, match="seed.yaml: n must be positive, got 0"):
+        build_config(SeedConfig, {"n": 0}, "seed.yaml")
+    with pytest.raises(ConfigError, match="seed.yaml: field 'preset'"):
+        build_config(SeedConfig, {"preset": "huge"}, "seed.yaml")
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml", Outer)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("inner: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad, Outer)
+    with pytest.raises(ConfigError, match="field.sub=value"):
+        load_config(None, Outer, overrides=["novalue"])

@@ -1,0 +1,162 @@
+"""The Redis store against a real redis-server: registries, archive, cache, durability."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+
+import pytest
+import redis
+
+from store import Store, StoreUnavailable, code_hash, connect
+from store.server import ensure_local_server, stop_local_server
+
+
+def test_code_hash_ignores_comments_and_formatting():
+    a = "def transform(g):\n    # flip\n    return g[::-1]\n"
+    b = "def transform(g):  \n\n    return g[::-1]"
+    assert code_hash(a) == code_hash(b)
+    assert code_hash(a) != code_hash("def transform(g):\n    return g[::1]\n")
+    assert code_hash("def broken(:\n  x") == code_hash("def broken(:\n  x   \n")
+
+
+def test_experiment_registry_create_get_list_status(store: Store, experiment_name: str):
+    reg = store.experiments
+    exp = reg.create(experiment_name, "soar", {"lr": 0.1})
+    assert reg.get(experiment_name).config == {"lr": 0.1}
+    with pytest.raises(ValueError, match="already exists"):
+        reg.create(experiment_name, "soar", {})
+    assert reg.create(experiment_name, "soar", {}, exist_ok=True).created == exp.created
+    with pytest.raises(ValueError, match="is a 'soar' experiment"):
+        reg.create(experiment_name, "tpo", {}, exist_ok=True)
+    reg.set_status(experiment_name, "running")
+    assert reg.get(experiment_name).status == "running"
+    with pytest.raises(ValueError, match="status"):
+        reg.set_status(experiment_name, "exploded")
+    assert [e.name for e in reg.list()] == [experiment_name]
+    with pytest.raises(KeyError, match="no experiment named"):
+        reg.get("missing")
+    with pytest.raises(ValueError, match="invalid"):
+        reg.create("bad name with spaces", "soar", {})
+
+
+def test_model_registry_versions_lineage_and_current(store: Store, experiment_name: str):
+    models = store.models(experiment_name)
+    assert models.current() is None
+    v0 = models.publish("/ckpt/seed", metrics={"loss": 1.0})
+    v1 = models.publish("/ckpt/it1", parent=v0.version, metrics={"loss": 0.5})
+    assert (v0.version, v1.version) == ("v0", "v1")
+    assert models.current().version == "v1"
+    assert models.get("v1").parent == "v0" and models.get("v1").metrics == {"loss": 0.5}
+    models.set_current("v0")
+    assert models.current().checkpoint == "/ckpt/seed"
+    with pytest.raises(KeyError, match="parent version 'v9'"):
+        models.publish("/ckpt/x", parent="v9")
+    assert [m.version for m in models.list()] == ["v0", "v1"]
+    # no half-registered version was left by the failed publish
+    assert len(models.list()) == 2
+
+
+def test_event_stream_is_ordered_and_capped(store: Store, experiment_name: str):
+    from store.events import EventLog
+
+    log = EventLog(store.client, experiment_name, maxlen=100)
+    for i in range(1000):
+        log.emit("step", i=i)
+    events = log.read()
+    assert [e["i"] for e in events] == sorted(e["i"] for e in events)
+    assert events[-1]["i"] == 999 and len(log) < 1000  # approximate trimming keeps ~maxlen
+    later = log.read(after=events[-2]["id"])
+    assert [e["i"] for e in later] == [999]
+
+
+def test_archive_dedups_by_normalized_code_and_stores_code_once(store: Store, experiment_name: str):
+    archive = store.archive(experiment_name)
+    prog = "def transform(g):\n    return g\n"
+    same = "def transform(g):\n    return g  # identity\n"
+    other = "def transform(g):\n    return g[::-1]\n"
+    new = archive.add_many([
+        {"task_id": "t1", "code": prog, "model_version": "v0"},
+        {"task_id": "t1", "code": same, "model_version": "v0"},
+        {"task_id": "t1", "code": other, "model_version": "v0"},
+        {"task_id": "t2", "code": prog, "model_version": "v1"},
+    ])
+    assert new == [True, False, True, True]
+    assert archive.count("t1") == 2 and archive.samples("t1") == 3
+    assert archive.counts() == {"t1": {"distinct": 2, "samples": 3}, "t2": {"distinct": 1, "samples": 1}}
+    t2 = archive.get_task("t2")
+    assert t2[0]["code"] == prog and t2[0]["model_version"] == "v1"
+    assert store.client.hlen(f"ratchet:x:{experiment_name}:code") == 2  # code stored once per hash
+    with pytest.raises(ValueError, match="task_id"):
+        archive.add_many([{"code": prog}])
+
+
+def test_exec_cache_roundtrip_many_tasks(store: Store):
+    cache = store.exec_cache
+    items = [(f"task{i % 3}", f"hash{i}") for i in range(10)]
+    assert cache.get_many(items) == [None] * 10
+    cache.set_many([(fp, h, {"ok": True, "n": i}) for i, (fp, h) in enumerate(items[:6])])
+    got = cache.get_many(items)
+    assert [g and g["n"] for g in got] == [0, 1, 2, 3, 4, 5, None, None, None, None]
+    assert (cache.hits, cache.misses) == (6, 14)
+
+
+def test_unreachable_url_fails_with_clear_error_without_leaking_the_password():
+    with pytest.raises(StoreUnavailable, match=r"cannot reach Redis at redis://:\*\*\*@127\.0\.0\.1:1/0") as err:
+        connect("redis://:secret@127.0.0.1:1/0")
+    assert "secret" not in str(err.value)
+
+
+def test_server_that_never_answers_is_an_error_not_a_hang():
+    """A socket that accepts connections but never replies: the probe's timeout fires."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes handshakes; nobody ever reads or writes
+        with pytest.raises(StoreUnavailable, match="cannot reach Redis"):
+            connect(f"redis://127.0.0.1:{silent.getsockname()[1]}/0")
+
+
+def test_malformed_url_is_reported():
+    with pytest.raises(StoreUnavailable, match="not a Redis URL"):
+        connect("http://example/0")
+
+
+def test_wrong_password_is_reported(redis_server):
+    with pytest.raises(StoreUnavailable, match="refused the credentials|cannot reach"):
+        connect(f"redis://:wrong@127.0.0.1:{redis_server.port}/0")
+
+
+def test_local_server_is_private_and_reused(tmp_path):
+    data_dir = tmp_path / "redis"
+    server = ensure_local_server(data_dir)
+    try:
+        assert server.port != 6379
+        assert stat.S_IMODE(os.stat(data_dir / "server.json").st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(data_dir / "redis.conf").st_mode) == 0o600
+        assert "bind 127.0.0.1" in (data_dir / "redis.conf").read_text()
+        with pytest.raises(redis.AuthenticationError):
+            redis.Redis(port=server.port).ping()
+        again = ensure_local_server(data_dir)
+        assert (again.port, again.pid) == (server.port, server.pid)  # reused, not restarted
+    finally:
+        stop_local_server(data_dir)
+
+
+def test_acknowledged_writes_survive_sigkill_of_the_server(tmp_path):
+    data_dir = tmp_path / "redis"
+    server = ensure_local_server(data_dir)
+    s = Store.connect(server.url)
+    s.experiments.create("durable", "soar", {"a": 1})
+    s.models("durable").publish("/ckpt/v0")
+    s.archive("durable").add_many([{"task_id": "t", "code": f"x = {i}"} for i in range(500)])
+    assert stop_local_server(data_dir, kill=True)  # SIGKILL: no shutdown, no final save
+    restarted = ensure_local_server(data_dir)
+    try:
+        assert restarted.pid != server.pid
+        s2 = Store.connect(restarted.url)
+        assert s2.experiments.get("durable").config == {"a": 1}
+        assert s2.models("durable").current().checkpoint == "/ckpt/v0"
+        assert s2.archive("durable").count("t") == 500
+    finally:
+        stop_local_server(data_dir)

@@ -1,0 +1,189 @@
+"""Seed models, SFT and DPO with real TRL on a real tiny Llama (CPU, about a minute)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+
+from store import Store
+from training.checkpoints import CheckpointError, publish, validate_checkpoint
+from training.corpora import digit_map
+from training.dpo import DPOJobConfig, train_dpo
+from training.evaluate import completion_logprobs, greedy_accuracy
+from training.seed import SeedConfig, build_seed_model, cache_key
+from training.sft import SFTJobConfig, train_sft, train_sft_remote
+
+IDENTITY = "0123456789"
+TARGET = "7360918254"  # the mapping fine-tuning should move the model to
+
+
+def last_digit_rows(n: int, seed: int, permutation: str) -> list[dict[str, str]]:
+    return digit_map(n=n, seed=seed, last_only=True, permutation=permutation)
+
+
+@pytest.fixture(scope="session")
+def seed_cfg(tmp_path_factory) -> SeedConfig:
+    """A tiny model that maps the last digit through the identity: it knows the format,
+    and is at chance on TARGET, so any gain there comes from fine-tuning."""
+    return SeedConfig(
+        preset="tiny", corpus_kwargs={"last_only": True, "permutation": IDENTITY},
+        n=2000, max_steps=150, cache_dir=str(tmp_path_factory.mktemp("models")),
+    )
+
+
+@pytest.fixture(scope="session")
+def seed_model(seed_cfg) -> str:
+    return build_seed_model(seed_cfg, progress=False).path
+
+
+@pytest.fixture(scope="session")
+def heldout() -> list[dict[str, str]]:
+    return last_digit_rows(100, seed=12345, permutation=TARGET)
+
+
+def sft_cfg(seed_model: str, out: Path, **kw) -> SFTJobConfig:
+    defaults = dict(
+        model_path=seed_model, output_dir=str(out), max_steps=80, learning_rate=3e-3,
+        per_device_train_batch_size=32, disable_tqdm=True, seed=0,
+    )
+    return SFTJobConfig(**(defaults | kw))
+
+
+def test_seed_model_is_a_loadable_small_llama_and_cached(seed_cfg, seed_model):
+    model = AutoModelForCausalLM.from_pretrained(seed_model)
+    tokenizer = AutoTokenizer.from_pretrained(seed_model)
+    assert model.config.model_type == "llama"
+    assert sum(p.numel() for p in model.parameters()) < 1_000_000
+    assert tokenizer.eos_token == "<|eos|>" and tokenizer.pad_token == "<|pad|>"
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True)
+    assert chat == "<|user|>\nhi\n<|assistant|>\n"
+    again = build_seed_model(seed_cfg, progress=False)
+    assert again.cached and again.path == seed_model
+    info = json.loads((Path(seed_model) / "ratchet_seed.json").read_text())
+    assert info["train"]["last_loss"] < info["train"]["first_loss"]
+    assert greedy_accuracy(seed_model, last_digit_rows(50, 777, IDENTITY)) > 0.9  # it learned its corpus
+
+
+def test_cache_key_covers_seed_corpus_content_and_preset(seed_cfg):
+    rows = last_digit_rows(10, 0, IDENTITY)
+    key = cache_key(seed_cfg, rows)
+    assert cache_key(replace(seed_cfg, seed=1), rows) != key
+    assert cache_key(replace(seed_cfg, preset="small"), rows) != key
+    assert cache_key(seed_cfg, rows[:-1]) != key
+    assert cache_key(replace(seed_cfg, cache_dir="/elsewhere"), rows) == key
+
+
+def test_sft_moves_the_model_toward_its_data(seed_model, heldout, tmp_path):
+    before = greedy_accuracy(seed_model, heldout)
+    result = train_sft(sft_cfg(seed_model, tmp_path / "sft"), last_digit_rows(1000, 1, TARGET))
+    after = greedy_accuracy(result.checkpoint, heldout)
+    assert before < 0.3, "the seed model should be near chance on the new mapping"
+    assert after > 0.8 and after > before + 0.5
+    assert result.metrics["steps"] == 80 and result.metrics["last_loss"] < result.metrics["first_loss"]
+    validate_checkpoint(result.checkpoint)
+
+
+def test_lora_sft_saves_merged_weights_that_load_without_peft(seed_model, tmp_path):
+    result = train_sft(
+        sft_cfg(seed_model, tmp_path / "lora", max_steps=20, lora=True, lora_r=8),
+        last_digit_rows(300, 2, TARGET),
+    )
+    ckpt = Path(result.checkpoint)
+    assert not (ckpt / "adapter_config.json").exists()
+    model = AutoModelForCausalLM.from_pretrained(ckpt)
+    assert not any("lora" in name for name, _ in model.named_parameters())
+    assert result.metrics["last_loss"] < result.metrics["first_loss"]
+
+
+def test_dpo_raises_the_chosen_over_rejected_margin_on_heldout_pairs(seed_model, tmp_path):
+    def pairs(n: int, seed: int) -> list[dict[str, str]]:
+        chosen = last_digit_rows(n, seed, TARGET)
+        rejected = last_digit_rows(n, seed, IDENTITY)  # what the seed model prefers
+        return [
+            {"prompt": c["prompt"], "chosen": c["completion"], "rejected": r["completion"]}
+            for c, r in zip(chosen, rejected, strict=True) if c["completion"] != r["completion"]
+        ]
+
+    test_pairs = pairs(40, 999)
+
+    def margin(path: str) -> float:
+        prompts = [p["prompt"] for p in test_pairs]
+        chosen = completion_logprobs(path, prompts, [p["chosen"] for p in test_pairs])
+        rejected = completion_logprobs(path, prompts, [p["rejected"] for p in test_pairs])
+        return sum(c - r for c, r in zip(chosen, rejected, strict=True)) / len(test_pairs)
+
+    cfg = DPOJobConfig(
+        model_path=seed_model, output_dir=str(tmp_path / "dpo"), max_steps=40, learning_rate=1e-3,
+        per_device_train_batch_size=16, beta=0.1, disable_tqdm=True,
+    )
+    result = train_dpo(cfg, pairs(600, 3))
+    before, after = margin(seed_model), margin(result.checkpoint)
+    assert before < 0 < after, (before, after)
+    assert result.metrics["method"] == "dpo"
+
+
+def test_published_version_is_loadable_from_the_registry(seed_model, store: Store, experiment_name, tmp_path):
+    base = publish(store, experiment_name, seed_model, parent=None, metrics={}, note="seed")
+    result = train_sft(sft_cfg(seed_model, tmp_path / "v1", max_steps=5), last_digit_rows(100, 4, TARGET))
+    v1 = publish(store, experiment_name, result.checkpoint, parent=base.version, metrics=result.metrics)
+    current = store.models(experiment_name).current()
+    assert current.version == v1.version == "v1" and current.parent == "v0"
+    assert current.metrics["steps"] == 5
+    AutoModelForCausalLM.from_pretrained(current.checkpoint)
+    AutoTokenizer.from_pretrained(current.checkpoint)
+
+
+class _Boom(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 3:
+            raise RuntimeError("simulated crash mid-training")
+
+
+def test_failed_training_leaves_no_checkpoint_and_no_registry_entry(seed_model, store, experiment_name, tmp_path):
+    out = tmp_path / "crashed"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        train_sft(sft_cfg(seed_model, out), last_digit_rows(200, 5, TARGET), callbacks=[_Boom()])
+    assert not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".crashed.tmp")]
+    assert store.models(experiment_name).list() == []
+
+
+def test_bad_checkpoints_name_the_path_and_the_reason(seed_model, tmp_path):
+    import shutil
+
+    with pytest.raises(CheckpointError, match=f"checkpoint {tmp_path / 'missing'} does not exist"):
+        train_sft(sft_cfg(str(tmp_path / "missing"), tmp_path / "o"), last_digit_rows(10, 0, TARGET))
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(seed_model, corrupt)
+    (corrupt / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="config.json is not valid JSON"):
+        validate_checkpoint(corrupt)
+    truncated = tmp_path / "truncated"
+    shutil.copytree(seed_model, truncated)
+    weights = truncated / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=f"{weights} are corrupt"):
+        validate_checkpoint(truncated)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CheckpointError, match="has no config.json"):
+        validate_checkpoint(tmp_path / "empty")
+
+
+def test_dataset_in_the_wrong_format_names_the_columns(seed_model, tmp_path):
+    with pytest.raises(ValueError, match=r"missing column\(s\) \['completion'\]"):
+        train_sft(sft_cfg(seed_model, tmp_path / "o"), [{"prompt": "a", "answer": "b"}])
+    with pytest.raises(ValueError, match="missing column"):
+        train_dpo(DPOJobConfig(model_path=seed_model, output_dir=str(tmp_path / "d")), [{"prompt": "a"}])
+
+
+def test_sft_runs_as_a_ray_task(ray_local, seed_model, tmp_path):
+    import ray
+
+    ref = train_sft_remote(sft_cfg(seed_model, tmp_path / "ray", max_steps=5), last_digit_rows(50, 6, TARGET))
+    result = ray.get(ref)
+    assert result.metrics["steps"] == 5
+    validate_checkpoint(result.checkpoint)
