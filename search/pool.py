@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayTaskError
 
 from search.engines import engine_class, make_engine
 from search.types import Completion, Prompt, SamplingParams, check_counts
@@ -234,6 +234,10 @@ class SamplerPool:
                         "see the actors' logs (the Ray dashboard) for why they die"
                     ) from e
                 continue
+            except RayTaskError as e:
+                if isinstance(e.cause, ValueError):  # the caller's mistake (e.g. too long): its own message
+                    raise e.cause from None
+                raise
             finally:
                 self.router.release(slot)
             check_counts(results, len(prompts), params.n, f"sampler actor {slot.index}")

@@ -1,0 +1,86 @@
+"""The Ray Serve deployment: one replica owns a SamplerPool and serves the OpenAI app over it.
+
+The replica itself takes no CPU (`REPLICA_CPUS`): the pool's actors do the sampling, so on
+a small machine the replica never competes with them for a core.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ray import serve
+
+from search.pool import PoolConfig, SamplerPool
+from search.serve.app import build_app
+from search.types import Completion, Prompt, SamplingParams
+
+REPLICA_CPUS = 0  # the replica only routes; the pool's actors hold the CPUs/GPUs
+
+
+@dataclass
+class ServeSettings:
+    pool: PoolConfig = field(default_factory=PoolConfig)
+    checkpoint: str | None = None  # a Hugging Face checkpoint dir; or use pool.experiment
+    version: str | None = None  # registry version in pool.experiment; None: its current version
+    model_name: str | None = None  # the id clients send as "model"; default: experiment or checkpoint name
+    api_key: str | None = field(default=None, repr=False)  # None: no auth
+    chat_max_tokens: int = 256  # default max_tokens of chat requests that set none
+
+    def __post_init__(self):
+        if (self.checkpoint is None) == (self.pool.experiment is None):
+            raise ValueError("ServeSettings needs exactly one model source: checkpoint=PATH, "
+                             "or pool.experiment=NAME (with an optional version)")
+        if self.checkpoint is not None and self.version is not None:
+            raise ValueError("ServeSettings.version names a registry version: set pool.experiment, not checkpoint")
+        if self.chat_max_tokens < 1:
+            raise ValueError(f"ServeSettings.chat_max_tokens={self.chat_max_tokens} must be >= 1")
+
+    @property
+    def served_name(self) -> str:
+        if self.model_name:
+            return self.model_name
+        return self.pool.experiment or Path(str(self.checkpoint).rstrip("/")).name
+
+
+class PoolBackend:
+    """The app's backend: every request goes through the pool."""
+
+    def __init__(self, pool: SamplerPool):
+        self.pool = pool
+
+    @property
+    def version(self) -> str | None:
+        return self.pool.version
+
+    async def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        return await self.pool.generate(prompts, params)
+
+
+@serve.deployment(ray_actor_options={"num_cpus": REPLICA_CPUS})
+@serve.ingress()
+class OpenAIServer:
+    async def __init__(self, settings: ServeSettings):
+        self.settings = settings
+        self.pool = SamplerPool(settings.pool, checkpoint=settings.checkpoint)
+        if settings.pool.experiment:
+            await self.pool.load(settings.version)
+        else:
+            self.pool.version = (await self.pool.ready())[0]
+
+    def __serve_build_asgi_app__(self) -> Any:
+        s = self.settings
+        return build_app(PoolBackend(self.pool), model_name=s.served_name, api_key=s.api_key,
+                         chat_max_tokens=s.chat_max_tokens)
+
+    def __del__(self):
+        pool = getattr(self, "pool", None)
+        if pool is not None:
+            pool.shutdown()
+
+
+def build_serve_app(settings: ServeSettings) -> Any:
+    """The Serve application to pass to `serve.run`."""
+    return OpenAIServer.bind(settings)

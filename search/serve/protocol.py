@@ -1,0 +1,94 @@
+"""OpenAI wire format: request bodies in, response bodies out (the subset ratchet serves).
+
+Extensions, ignored by OpenAI clients but read by ratchet's `openai` engine: each choice
+carries its own `prompt_tokens` and `completion_tokens`, and `system_fingerprint` holds the
+model version that produced the response.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from search.types import Completion, SamplingParams
+
+
+class _SamplingRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # fields we do not act on (user, logit_bias...) are ignored
+
+    model: str | None = None
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # vLLM extension
+    min_p: float = 0.0  # vLLM extension
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    stream: bool = False
+
+    def sampling_params(self, max_tokens: int) -> SamplingParams:
+        """Validated SamplingParams; raises ValueError naming the bad field."""
+        if self.stream:
+            raise ValueError("stream=true is not supported by ratchet serve; send stream=false")
+        return SamplingParams(
+            n=self.n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
+            min_p=self.min_p, max_tokens=max_tokens, stop=self.stop, seed=self.seed,
+        )
+
+
+class CompletionRequest(_SamplingRequest):
+    prompt: str | list[str]
+    max_tokens: int = 16  # OpenAI's default for /v1/completions
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant", "tool", "developer"]
+    content: str
+
+
+class ChatCompletionRequest(_SamplingRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None  # OpenAI's newer name for max_tokens
+
+
+def _usage(rows: list[list[Completion]]) -> dict[str, int]:
+    prompt = sum(row[0].prompt_tokens for row in rows if row)
+    completion = sum(c.completion_tokens for row in rows for c in row)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _version(rows: list[list[Completion]]) -> str | None:
+    return next((c.model_version for row in rows for c in row), None)
+
+
+def completion_response(model: str, rows: list[list[Completion]]) -> dict[str, Any]:
+    choices = [
+        {"index": i, "text": c.text, "finish_reason": c.finish_reason, "logprobs": None,
+         "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens}
+        for i, c in enumerate(c for row in rows for c in row)  # index = prompt * n + sample, as OpenAI
+    ]
+    return {
+        "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+        "model": model, "system_fingerprint": _version(rows), "choices": choices, "usage": _usage(rows),
+    }
+
+
+def chat_response(model: str, rows: list[list[Completion]]) -> dict[str, Any]:
+    choices = [
+        {"index": i, "message": {"role": "assistant", "content": c.text}, "finish_reason": c.finish_reason,
+         "logprobs": None, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens}
+        for i, c in enumerate(rows[0])
+    ]
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
+        "model": model, "system_fingerprint": _version(rows), "choices": choices, "usage": _usage(rows),
+    }
+
+
+def error_body(message: str, kind: str = "invalid_request_error", param: str | None = None,
+               code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
