@@ -1,0 +1,34 @@
+"""The `ratchet` command: one subcommand per ray_jobs entrypoint.
+
+    ratchet serve --model PATH --port 8000        # OpenAI-compatible endpoint
+    ratchet serve --experiment demo --version v2 --api-key-env RATCHET_API_KEY
+    ratchet <command> --help
+    # the same entrypoints on a cluster:
+    ray job submit --working-dir . -- python -m ray_jobs.serve --experiment demo
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+# name -> module with main(argv); imported only when chosen (each pulls in Ray, torch...).
+COMMANDS: dict[str, str] = {
+    "serve": "ray_jobs.serve",
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        print("\ncommands: " + ", ".join(sorted(COMMANDS)))
+        return
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        raise SystemExit(f"ratchet: unknown command {name!r}; choose one of {sorted(COMMANDS)}")
+    importlib.import_module(COMMANDS[name]).main(rest)
+
+
+if __name__ == "__main__":
+    main()
