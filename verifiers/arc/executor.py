@@ -176,6 +176,16 @@ class ArcExecutor:
             self._idle.put(worker)
         return decode_run(raw, len(inputs))
 
+    def ping(self) -> list[dict[str, Any]]:
+        """Each idle worker's health (fds, rss_kb, pid); waits for busy ones to finish."""
+        self._ensure_started()
+        workers = [self._idle.get() for _ in range(len(self._all))]
+        try:
+            return [{"pid": w.pid, **w.ping()} for w in workers]
+        finally:
+            for w in workers:
+                self._idle.put(w)
+
     def stats(self) -> dict[str, Any]:
         return {"executed": self.executed, "reused": self.reused, "workers": self.workers,
                 "restarts": sum(w.restarts for w in self._all)}

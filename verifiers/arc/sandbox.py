@@ -162,6 +162,13 @@ class SandboxWorker:
         self._send({"op": "run", "code": code})
         return self._recv(limits.max_wall_s(inputs) + REPLY_GRACE_S)
 
+    def ping(self) -> dict[str, Any]:
+        """The worker's own open fds and resident memory (all earlier children reaped)."""
+        if self._proc is None:
+            self.start()
+        self._send({"op": "ping"})
+        return self._recv(REPLY_GRACE_S)
+
     def _send(self, obj: dict[str, Any]) -> None:
         body = json.dumps(obj).encode()
         if self._proc is None or self._proc.stdin is None:

@@ -293,6 +293,11 @@ def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> 
     }
 
 
+def _rss_kb() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
 def _reap() -> None:
     while _UNREAPED:
         pid, pidfd = _UNREAPED.pop()
@@ -347,6 +352,10 @@ def main() -> None:
             write_frame(proto_out, {"ok": True})
         elif req["op"] == "run":
             write_frame(proto_out, run_program(req["code"], inputs, budgets, limits))
+            _reap()  # after replying: the verifier reads while the killed child tears down
+        elif req["op"] == "ping":  # health and leak check: our own fds and memory
+            write_frame(proto_out, {"ok": True, "fds": len(os.listdir("/proc/self/fd")),
+                                    "rss_kb": _rss_kb()})
         else:
             write_frame(proto_out, {"error": f"unknown op {req['op']!r}"})
 
