@@ -1,0 +1,36 @@
+"""Tiny checkpoints for the sampler tests, built once per test session.
+
+`trained`: the tiny seed model taught digit_map(last_only) ("map 3 1 4 =>" -> " 9"), so
+greedy answers are checkable. `untrained`: the same architecture, random weights, which
+rarely stops early: long generations for tests that must catch a request mid-flight.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from search.types import SamplingParams
+
+DIGIT_MAP = "7360918254"
+GREEDY = SamplingParams(temperature=0, max_tokens=8)
+
+
+def expected(prompt: str) -> str:
+    """What the trained model answers: the last digit through the permutation."""
+    return " " + DIGIT_MAP[int(prompt.split()[-2])]
+
+
+def build_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from transformers import AutoTokenizer
+
+    from training.seed import SeedConfig, build_seed_model, init_model
+
+    cache = tmp_path_factory.getbasetemp() / "sampler-models"
+    cfg = SeedConfig(preset="tiny", max_steps=150, corpus_kwargs={"last_only": True}, cache_dir=str(cache))
+    trained = build_seed_model(cfg, progress=False).path
+    untrained = cache / "untrained"
+    if not (untrained / "config.json").exists():
+        init_model(cfg, AutoTokenizer.from_pretrained(trained), Path(untrained))
+    return {"trained": trained, "untrained": str(untrained)}

@@ -1,0 +1,224 @@
+"""Engines: the sampling contract, the transformers engine on tiny models, the openai engine's
+retries (on a mock transport; tests/test_serve.py runs it against the real service), vLLM on GPU."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+from _models import GREEDY, build_models, expected
+
+from search.engines import ENGINES, make_engine
+from search.engines.openai_engine import OpenAIEngine
+from search.types import ContextLengthError, SamplingParams, render_prompt, truncate_at_stop
+
+PROMPTS = ["map 3 1 4 =>", "map 1 2 3 4 5 6 =>", "map 8 =>", "map 0 9 =>"]
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    return build_models(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def engine(models):
+    return make_engine("transformers", checkpoint=models["trained"], version="v0", num_threads=1)
+
+
+# --- the contract -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("field,value", [
+    ("n", 0), ("temperature", -0.1), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -2),
+    ("min_p", 1.5), ("max_tokens", 0), ("stop", [""]), ("seed", 1.5),
+])
+def test_sampling_params_reject_invalid_values_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=f"SamplingParams.{field}="):
+        SamplingParams(**{field: value})
+
+
+def test_sampling_params_normalise_vllm_spellings_and_round_trip():
+    p = SamplingParams(top_k=-1, stop="\n")
+    assert p.top_k == 0 and p.stop == ("\n",)
+    assert SamplingParams.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+    with pytest.raises(ValueError, match="unknown sampling parameter"):
+        SamplingParams.from_dict({"best_of": 2})
+
+
+def test_unknown_engine_lists_the_known_ones():
+    with pytest.raises(ValueError, match="openai.*transformers.*vllm"):
+        make_engine("tgi")
+    assert set(ENGINES) == {"transformers", "vllm", "openai"}
+
+
+def test_chat_prompts_use_the_template_or_a_plain_transcript(engine):
+    messages = [{"role": "user", "content": "map 1 =>"}]
+    assert render_prompt(engine.tokenizer, messages) == "<|user|>\nmap 1 =>\n<|assistant|>\n"
+
+    class NoTemplate:
+        chat_template = None
+
+    assert render_prompt(NoTemplate(), messages) == "user: map 1 =>\nassistant:"
+    with pytest.raises(ValueError, match="string or a list"):
+        render_prompt(NoTemplate(), [{"role": "user"}])
+
+
+def test_truncate_at_stop_cuts_at_the_earliest_stop_string():
+    assert truncate_at_stop("a1b2c", ["2", "1"]) == ("a", True)
+    assert truncate_at_stop("abc", ["x"]) == ("abc", False)
+
+
+# --- transformers ---------------------------------------------------------------------
+
+def test_batched_greedy_matches_one_by_one_and_the_learned_answers(engine):
+    batched = engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=8, n=2))
+    alone = [engine.generate([p], GREEDY)[0][0] for p in PROMPTS]
+    assert [[c.text for c in row] for row in batched] == [[c.text] * 2 for c in alone]
+    assert [c.text for c in alone] == [expected(p) for p in PROMPTS]
+    for p, row in zip(PROMPTS, batched, strict=True):
+        c = row[0]
+        assert c.finish_reason == "stop" and c.model_version == "v0"
+        assert c.prompt_tokens == len(engine.tokenizer(p)["input_ids"])
+        assert c.completion_tokens == 3  # space, digit, EOS
+
+
+def test_sampling_is_reproducible_with_a_seed(models):
+    engine = make_engine("transformers", checkpoint=models["untrained"], num_threads=1)
+    params = SamplingParams(n=3, temperature=1.0, max_tokens=12, seed=7)
+    first = engine.generate(PROMPTS[:2], params)
+    assert engine.generate(PROMPTS[:2], params) == first
+    other = engine.generate(PROMPTS[:2], SamplingParams(n=3, temperature=1.0, max_tokens=12, seed=8))
+    assert [[c.text for c in r] for r in other] != [[c.text for c in r] for r in first]
+    assert all(len(row) == 3 for row in first)
+
+
+def test_length_and_stop_strings_set_the_finish_reason(models):
+    engine = make_engine("transformers", checkpoint=models["untrained"], num_threads=1)
+    rows = engine.generate(PROMPTS, SamplingParams(n=4, temperature=1.0, max_tokens=6, seed=0))
+    full = [c for row in rows for c in row if c.finish_reason == "length"]
+    assert full and all(c.completion_tokens == 6 for c in full)
+    # Stop at the first character each sample produced: always found, then excluded from the text.
+    stop = sorted({c.text[0] for c in full})
+    stopped = engine.generate(PROMPTS, SamplingParams(n=4, temperature=1.0, max_tokens=6, seed=0, stop=stop))
+    for row, srow in zip(rows, stopped, strict=True):
+        for c, s in zip(row, srow, strict=True):
+            if c.finish_reason == "length":
+                assert s.finish_reason == "stop" and not any(x in s.text for x in stop)
+                assert c.text.startswith(s.text) and s.completion_tokens <= c.completion_tokens
+
+
+def test_chat_prompts_generate_with_the_template(engine):
+    rows = engine.generate([[{"role": "user", "content": "map 1 =>"}]], SamplingParams(n=2, max_tokens=4, seed=0))
+    assert len(rows) == 1 and len(rows[0]) == 2
+    expected_ids = engine.tokenizer("<|user|>\nmap 1 =>\n<|assistant|>\n", add_special_tokens=False)["input_ids"]
+    assert rows[0][0].prompt_tokens == len(expected_ids)
+
+
+def test_a_prompt_longer_than_the_context_fails_with_a_clear_error(engine):
+    with pytest.raises(ContextLengthError, match="prompt 1 has .* maximum context length of 2048"):
+        engine.generate(["map 1 =>", "map " * 1000], GREEDY)
+    assert engine.generate(["map 1 =>"], GREEDY)[0][0].text == expected("map 1 =>")
+
+
+def test_load_switches_checkpoint_and_version_tag(models):
+    engine = make_engine("transformers", checkpoint=models["untrained"], version="v0", num_threads=1)
+    engine.load(models["trained"], version="v1")
+    c = engine.generate(["map 5 =>"], GREEDY)[0][0]
+    assert (c.text, c.model_version) == (expected("map 5 =>"), "v1")
+    engine.load(models["trained"])  # without a version: tagged with the checkpoint's dir name
+    assert engine.version == models["trained"].rstrip("/").rsplit("/", 1)[-1]
+    with pytest.raises(FileNotFoundError, match="not a directory"):
+        engine.load("/nonexistent/ckpt")
+
+
+# --- openai (retries and usage on a mock transport) ----------------------------------
+
+def _completion_body(n: int, prompts: int) -> dict:
+    return {
+        "id": "x", "object": "text_completion", "created": 0, "model": "m",
+        "choices": [{"index": i, "text": f"t{i}", "finish_reason": "length", "logprobs": None}
+                    for i in range(n * prompts)],
+        "usage": {"prompt_tokens": 10 * prompts, "completion_tokens": 7 * n * prompts, "total_tokens": 0},
+    }
+
+
+def _mock_engine(script: list[int], **kwargs) -> tuple[OpenAIEngine, list[dict]]:
+    """An engine whose server answers with the scripted statuses, then successes."""
+    seen: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append(body)
+        status = script.pop(0) if script else 200
+        if status == 200:
+            return httpx.Response(200, json=_completion_body(body["n"], len(body["prompt"])))
+        message = "maximum context length exceeded" if status == 400 else "busy"
+        return httpx.Response(status, json={"error": {"message": message, "type": "x"}})
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    engine = OpenAIEngine("http://mock/v1", model="m", backoff_s=0.0, http_client=client, **kwargs)
+    return engine, seen
+
+
+def test_openai_engine_retries_429_and_5xx_then_returns_counted_results():
+    engine, seen = _mock_engine([429, 503, 500])
+    rows = engine.generate(["a", "b"], SamplingParams(n=2, max_tokens=7, top_k=5, seed=3))
+    assert len(seen) == 4 and seen[-1]["n"] == 2 and seen[-1]["top_k"] == 5 and seen[-1]["seed"] == 3
+    assert [[c.text for c in row] for row in rows] == [["t0", "t1"], ["t2", "t3"]]
+    assert all(c.completion_tokens == 7 and c.prompt_tokens == 10 and c.model_version == "m"
+               for row in rows for c in row)
+
+
+def test_openai_engine_gives_up_after_max_retries():
+    import openai
+
+    engine, seen = _mock_engine([500, 500, 500], max_retries=2)
+    with pytest.raises(openai.InternalServerError):
+        engine.generate(["a"], SamplingParams())
+    assert len(seen) == 3
+
+
+def test_openai_engine_maps_context_errors_and_does_not_retry_400():
+    engine, seen = _mock_engine([400])
+    with pytest.raises(ContextLengthError, match="maximum context length"):
+        engine.generate(["a"], SamplingParams())
+    assert len(seen) == 1
+
+
+def test_openai_engine_batches_text_prompts_per_request():
+    engine, seen = _mock_engine([], prompts_per_request=2)
+    rows = engine.generate(["a", "b", "c"], SamplingParams(n=1))
+    assert [len(b["prompt"]) for b in seen] == [2, 1] and len(rows) == 3
+
+
+# --- vLLM --------------------------------------------------------------------------
+
+def test_vllm_engine_without_vllm_says_how_to_install():
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match=r"pip install -e '\.\[gpu\]'"):
+            make_engine("vllm", checkpoint="/any")
+    else:
+        pytest.skip("vllm is installed: the gpu test covers it")
+
+
+@pytest.mark.gpu
+def test_vllm_engine_matches_the_contract_on_gpu(models):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("vllm")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    engine = make_engine("vllm", checkpoint=models["trained"], version="v0", gpu_memory_utilization=0.3)
+    rows = engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=8, n=2))
+    assert [row[0].text for row in rows] == [expected(p) for p in PROMPTS]
+    assert all(len(row) == 2 and row[0].model_version == "v0" for row in rows)
+    seeded = SamplingParams(n=3, temperature=1.0, max_tokens=8, seed=1)
+    assert engine.generate(PROMPTS, seeded) == engine.generate(PROMPTS, seeded)
+    chat = engine.generate([[{"role": "user", "content": "map 1 =>"}]], SamplingParams(n=2, max_tokens=4))
+    assert len(chat[0]) == 2
+    with pytest.raises(ContextLengthError):
+        engine.generate(["map " * 1000], GREEDY)
+    engine.load(models["untrained"], version="v1")
+    assert engine.generate(["map 1 =>"], GREEDY)[0][0].model_version == "v1"
