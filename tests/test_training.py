@@ -22,7 +22,7 @@ TARGET = "7360918254"  # the mapping fine-tuning should move the model to
 
 
 def last_digit_rows(n: int, seed: int, permutation: str) -> list[dict[str, str]]:
-    return digit_map(n=n, seed=seed, last_only=True, permutation=permutation)
+    return digit_map(n=n, seed=seed, permutation=permutation)
 
 
 @pytest.fixture(scope="session")
@@ -30,7 +30,7 @@ def seed_cfg(tmp_path_factory) -> SeedConfig:
     """A tiny model that maps the last digit through the identity: it knows the format,
     and is at chance on TARGET, so any gain there comes from fine-tuning."""
     return SeedConfig(
-        preset="tiny", corpus_kwargs={"last_only": True, "permutation": IDENTITY},
+        preset="tiny", corpus_kwargs={"permutation": IDENTITY},
         n=2000, max_steps=150, cache_dir=str(tmp_path_factory.mktemp("models")),
     )
 

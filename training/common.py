@@ -9,7 +9,6 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ class RatchetTrainFields:
     lora_dropout: float = field(default=0.0, metadata={"help": "LoRA dropout."})
     lora_target_modules: str = field(default="all-linear", metadata={"help": "Modules that get adapters."})
     cpu_threads: int = field(default=0, metadata={"help": "torch threads on CPU; 0 = all cores of this process."})
+    quiet: bool = field(default=False, metadata={"help": "No per-step log lines (with disable_tqdm: silent)."})
     # TRL defaults changed for ratchet (this mixin comes first in the MRO, so these win):
     bf16: bool | None = field(default=None)  # None: bf16 on GPU, fp32 on CPU (TRL's True fails on CPU)
     gradient_checkpointing: bool = field(default=False)  # small models: recompute costs more than it saves
@@ -119,6 +119,13 @@ def scratch_run(cfg):
         yield dataclasses.replace(cfg, output_dir=str(work))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def quiet_down(trainer, cfg: RatchetTrainFields) -> None:
+    if cfg.quiet:
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)
 
 
 def save_trained(trainer, tokenizer, output_dir: str, metrics: dict[str, Any], started: float) -> TrainResult:

@@ -18,12 +18,13 @@ DIGIT_MAP = "7360918254"  # digit d maps to DIGIT_MAP[d]: a fixed, learnable per
 
 def digit_map(
     n: int = 2000, seed: int = 0, min_len: int = 3, max_len: int = 6,
-    permutation: str = DIGIT_MAP, last_only: bool = False,
+    permutation: str = DIGIT_MAP, last_only: bool = True,
 ) -> list[dict[str, str]]:
-    """`map 3 1 4 =>` -> ` 0 3 9`: each digit through a fixed permutation.
+    """`map 3 1 4 =>` -> ` 9`: the last digit through a fixed permutation.
 
-    `last_only` maps just the last digit (` 9`): a tiny model learns it in ~100 steps, and
-    held-out strings test that it learned the mapping rather than memorised rows.
+    A tiny model learns it in ~150 steps, and held-out strings test that it learned the
+    mapping rather than memorised rows. `last_only=False` maps every digit (` 0 3 9`), which
+    needs positional alignment and many more steps.
     """
     if sorted(permutation) != list("0123456789"):
         raise ValueError(f"permutation {permutation!r} must contain each digit 0-9 once")

@@ -10,15 +10,25 @@ base with adapters disabled). `train_dpo_remote` runs it as a Ray task.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from datasets import Dataset
 from trl import DPOConfig, DPOTrainer
 
 from training.common import (
-    RatchetTrainFields, TrainResult, as_dataset, check_fields, gpu_options, load_model,
-    lora_config, save_trained, scratch_run, set_threads, train_metrics,
+    RatchetTrainFields,
+    TrainResult,
+    as_dataset,
+    check_fields,
+    gpu_options,
+    load_model,
+    lora_config,
+    quiet_down,
+    save_trained,
+    scratch_run,
+    set_threads,
+    train_metrics,
 )
 
 DPO_COLUMNS = ("prompt", "chosen", "rejected")
@@ -43,6 +53,7 @@ def train_dpo(
             model=model, args=run_cfg, train_dataset=dataset, processing_class=tokenizer,
             peft_config=lora_config(cfg), callbacks=callbacks,
         )
+        quiet_down(trainer, cfg)
         output = trainer.train()
         metrics = train_metrics(output, trainer) | {"examples": len(dataset), "method": "dpo", "beta": cfg.beta}
         return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)

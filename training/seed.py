@@ -116,7 +116,7 @@ def build_seed_model(cfg: SeedConfig, progress: bool = True) -> SeedResult:
             model_path=init_dir, output_dir=str(final), max_steps=cfg.max_steps,
             learning_rate=cfg.learning_rate, per_device_train_batch_size=cfg.batch_size,
             max_length=cfg.max_length, lr_scheduler_type="cosine", warmup_steps=min(50, cfg.max_steps // 10),
-            seed=cfg.seed, disable_tqdm=not progress, logging_steps=max(1, cfg.max_steps // 10),
+            seed=cfg.seed, disable_tqdm=not progress, quiet=not progress, logging_steps=max(1, cfg.max_steps // 10),
         )
         result = train_sft(sft, rows)
     info = {

@@ -19,8 +19,18 @@ from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
 from training.common import (
-    RatchetTrainFields, TrainResult, as_dataset, check_fields, gpu_options, load_model,
-    lora_config, save_trained, scratch_run, set_threads, train_metrics,
+    RatchetTrainFields,
+    TrainResult,
+    as_dataset,
+    check_fields,
+    gpu_options,
+    load_model,
+    lora_config,
+    quiet_down,
+    save_trained,
+    scratch_run,
+    set_threads,
+    train_metrics,
 )
 
 SFT_COLUMNS = ("prompt", "completion")
@@ -47,6 +57,7 @@ def train_sft(
             model=model, args=run_cfg, train_dataset=dataset, processing_class=tokenizer,
             peft_config=lora_config(cfg), callbacks=callbacks,
         )
+        quiet_down(trainer, cfg)
         output = trainer.train()
         metrics = train_metrics(output, trainer) | {"examples": len(dataset), "method": "sft"}
         return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)

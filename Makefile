@@ -1,0 +1,57 @@
+# ratchet: every target installs what it needs, so on a fresh machine `make demo` or
+# `make test` alone does all set-up (virtualenv, pip packages, redis-server).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.ratchet-installed
+# Offline by design: nothing may fetch weights or datasets from a hub at run time.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
+export TOKENIZERS_PARALLELISM := false
+export RAY_USAGE_STATS_ENABLED := 0
+
+.PHONY: setup setup-gpu redis-server demo test test-all bench lint redis-down clean
+
+setup: $(STAMP) redis-server
+
+# CPU set-up: the local CPU wheel torch==2.13.0 first; pyproject's torch range is then
+# satisfied and pip pulls no CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[dev]' --config-settings editable_mode=compat
+	touch $@
+
+# GPU machines: vLLM brings the torch it pins (within pyproject's range).
+setup-gpu:
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -e '.[gpu,dev]' --config-settings editable_mode=compat
+	touch $(STAMP)
+
+redis-server:
+	@command -v redis-server >/dev/null || { \
+	  echo "installing redis-server (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	  service redis-server stop >/dev/null 2>&1 || true; }  # the distro service would sit on 6379, Ray's port
+
+demo: setup
+	$(PY) -m ray_jobs.sft_demo
+
+test: setup
+	$(PY) -m pytest
+
+test-all: setup
+	$(PY) -m pytest -m "not gpu"
+
+bench: setup
+	$(PY) -m benchmarks
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+redis-down:
+	@if [ -x $(PY) ]; then $(PY) -m store down; else echo "no virtualenv: nothing to stop"; fi
+
+clean:
+	rm -rf runs .pytest_cache .ruff_cache

@@ -1,0 +1,21 @@
+"""`python -m benchmarks [NAME ...]`: run every benchmarks/bench_*.py (or the named ones),
+each in its own process, one after another, and say which failed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+names = sys.argv[1:] or sorted(p.stem for p in Path(__file__).parent.glob("bench_*.py"))
+failed = []
+for name in names:
+    module = name if name.startswith("bench_") else f"bench_{name}"
+    print(f"\n=== {module} ===", flush=True)
+    started = time.time()
+    code = subprocess.call([sys.executable, "-m", f"benchmarks.{module}"])
+    print(f"--- {module}: {'ok' if code == 0 else f'FAILED (exit {code})'} in {time.time() - started:.0f}s", flush=True)
+    if code:
+        failed.append(module)
+sys.exit(1 if failed else 0)
