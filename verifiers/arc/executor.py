@@ -32,13 +32,7 @@ from typing import Any
 from store import ExecutionCache, code_hash, content_hash
 from verifiers.arc.grids import ArcTask, encode_rows
 from verifiers.arc.results import InputResult, ProgramResult
-from verifiers.arc.sandbox import (
-    PROJECT_ROOT,
-    SandboxLimits,
-    SandboxWorker,
-    WorkerLost,
-    decode_run,
-)
+from verifiers.arc.sandbox import PROJECT_ROOT, SandboxLimits, SandboxWorker
 from verifiers.arc.scoring import score_input
 
 
@@ -158,23 +152,29 @@ class ArcExecutor:
         return found
 
     def _run_all(self, fp: str, task: ArcTask, codes: list[str]) -> list[list[InputResult]]:
+        """Spread ``codes`` over idle workers; each pulls from one shared queue (balance)."""
         if not codes:
             return []
         self._ensure_started()
         assert self._threads is not None
-        return list(self._threads.map(lambda c: self._run_one(fp, task, c), codes))
+        jobs: queue.SimpleQueue[tuple[int, str]] = queue.SimpleQueue()
+        for job in enumerate(codes):
+            jobs.put(job)
+        results: list[list[InputResult]] = [[] for _ in codes]
 
-    def _run_one(self, fp: str, task: ArcTask, code: str) -> list[InputResult]:
-        inputs = task.inputs
-        worker = self._idle.get()
-        try:
-            raw = worker.run(fp, inputs, self.limits, code)
-        except WorkerLost as e:
-            worker.restart()
-            return [InputResult("error", None, "SandboxError", str(e)[:200])] * len(inputs)
-        finally:
-            self._idle.put(worker)
-        return decode_run(raw, len(inputs))
+        def done(index: int, runs: list[InputResult]) -> None:
+            results[index] = runs
+
+        def drive() -> None:
+            worker = self._idle.get()
+            try:
+                worker.run_queue(fp, task.inputs, self.limits, jobs, done)
+            finally:
+                self._idle.put(worker)
+
+        for f in [self._threads.submit(drive) for _ in range(min(self.workers, len(codes)))]:
+            f.result()
+        return results
 
     def ping(self) -> list[dict[str, Any]]:
         """Each idle worker's health (fds, rss_kb, pid); waits for busy ones to finish."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import select
 import shutil
 import signal
@@ -32,7 +33,8 @@ import struct
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -152,6 +154,42 @@ class SandboxWorker:
     def run(self, key: str, inputs: Sequence[Grid], limits: SandboxLimits,
             code: str) -> dict[str, Any]:
         """Raw outcome of ``code`` on ``inputs`` (see zygote.run_program); raises WorkerLost."""
+        self._load_task(key, inputs, limits)
+        self._send({"op": "run", "code": code})
+        return self._recv(limits.max_wall_s(inputs) + REPLY_GRACE_S)
+
+    def run_queue(self, key: str, inputs: Sequence[Grid], limits: SandboxLimits,
+                  jobs: queue.SimpleQueue[tuple[int, str]],
+                  done: Callable[[int, list[InputResult]], None], depth: int = 2) -> None:
+        """Run (index, code) jobs until ``jobs`` is empty, calling ``done`` for each.
+
+        Keeps ``depth`` requests in flight, so the next program is already waiting in the
+        pipe when the worker replies: the verifier's round trip leaves the critical path.
+        A lost worker fails the programs in flight (not retried) and is restarted.
+        """
+        inflight: deque[int] = deque()
+        reply_s = limits.max_wall_s(inputs) + REPLY_GRACE_S
+        while True:
+            try:
+                self._load_task(key, inputs, limits)
+                while len(inflight) < depth:
+                    try:
+                        index, code = jobs.get_nowait()
+                    except queue.Empty:
+                        break
+                    inflight.append(index)
+                    self._send({"op": "run", "code": code})
+                if not inflight:
+                    return
+                raw = self._recv(reply_s)
+                done(inflight.popleft(), decode_run(raw, len(inputs)))
+            except WorkerLost as e:
+                lost = [InputResult("error", None, "SandboxError", str(e)[:MAX_MESSAGE])]
+                while inflight:
+                    done(inflight.popleft(), lost * len(inputs))
+                self.restart()
+
+    def _load_task(self, key: str, inputs: Sequence[Grid], limits: SandboxLimits) -> None:
         if self._proc is None:
             self.start()
         if self._task_key != key:
@@ -159,8 +197,6 @@ class SandboxWorker:
                         "budgets": limits.budgets(inputs), "limits": limits.wire(inputs)})
             self._recv(REPLY_GRACE_S)
             self._task_key = key
-        self._send({"op": "run", "code": code})
-        return self._recv(limits.max_wall_s(inputs) + REPLY_GRACE_S)
 
     def ping(self) -> dict[str, Any]:
         """The worker's own open fds and resident memory (all earlier children reaped)."""

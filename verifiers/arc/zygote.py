@@ -170,7 +170,7 @@ def _child_setup(result_w: int, devnull: int, limits: dict) -> None:
     if result_w != RESULT_FD:
         os.dup2(result_w, RESULT_FD)
     os.closerange(RESULT_FD + 1, 1 << 20)
-    fence.set_limits(address_space_bytes=_vm_bytes() + limits["memory_bytes"],
+    fence.set_limits(address_space_bytes=limits["vm_base_bytes"] + limits["memory_bytes"],
                      cpu_seconds=limits["cpu_backstop_s"], max_fds=MAX_FDS)
     fence.drop_privileges()
     fence.die_with_parent()  # after the uid change, which clears the parent-death signal
@@ -226,7 +226,7 @@ def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> 
     allow = [limits["setup_cpu_s"]]
     for b in budgets:
         allow.append(allow[-1] + b)
-    _reap()
+    _reap(block=False)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -298,11 +298,13 @@ def _rss_kb() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def _reap() -> None:
-    while _UNREAPED:
-        pid, pidfd = _UNREAPED.pop()
-        os.waitpid(pid, 0)
-        os.close(pidfd)
+def _reap(block: bool) -> None:
+    """Collect killed children; non-blocking between programs, so that a child's exit
+    teardown overlaps the next fork, blocking (all of them) on ping and at the end."""
+    for pid, pidfd in list(_UNREAPED):
+        if os.waitpid(pid, 0 if block else os.WNOHANG)[0] == pid:
+            os.close(pidfd)
+            _UNREAPED.remove((pid, pidfd))
 
 
 def _preload(names: list[str]) -> dict[str, str]:
@@ -344,16 +346,18 @@ def main() -> None:
     while True:
         req = read_frame(proto_in)
         if req is None:
+            _reap(block=True)
             return
         if req["op"] == "task":
             inputs = [[[int(c) for c in row] for row in g] for g in req["inputs"]]
             budgets = [float(b) for b in req["budgets"]]
-            limits = req["limits"]
+            # the warm heap's size, measured here once per task rather than in each child
+            limits = dict(req["limits"], vm_base_bytes=_vm_bytes())
             write_frame(proto_out, {"ok": True})
         elif req["op"] == "run":
             write_frame(proto_out, run_program(req["code"], inputs, budgets, limits))
-            _reap()  # after replying: the verifier reads while the killed child tears down
         elif req["op"] == "ping":  # health and leak check: our own fds and memory
+            _reap(block=True)
             write_frame(proto_out, {"ok": True, "fds": len(os.listdir("/proc/self/fd")),
                                     "rss_kb": _rss_kb()})
         else:
