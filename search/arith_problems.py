@@ -1,0 +1,164 @@
+"""Offline multi-step arithmetic word problems, and the seed corpus that makes search meaningful.
+
+    make_problems(50, seed=1)     -> [{"id", "question", "answer", "steps"}]
+    seed_corpus(n=6000, seed=0)   -> prompt/completion rows (training.seed corpus
+                                     "search.arith_problems:seed_corpus")
+
+A tiny character-level model trained on `seed_corpus` answers with short worked steps
+("7+5=12. 12-3=9. Answer: 9"), verifies candidate solutions step by step ("7+5=12 ok.
+12-3=8 bad. Verdict: 0") and compares two solutions. Its verification rows hold correct
+and subtly corrupted solutions (one step off by a little, a flipped operation, a final
+answer that disagrees with the last step), so self-verification has something to find
+offline. Prompts come from verifiers.selfverify's "compact" style, so the model is trained
+on exactly the prompts the search sends.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from verifiers.selfverify import answer_prompt, compare_prompt, verify_prompt
+
+NAMES = ["Ann", "Bo", "Cy", "Di", "Ed", "Flo", "Gus", "Ivy", "Jo", "Kim", "Lu", "Max"]
+ITEMS = ["pens", "cups", "eggs", "cards", "coins", "books", "jars", "keys"]
+GAIN = ["gets", "buys", "finds", "wins"]
+LOSS = ["loses", "sells", "gives away", "eats"]
+MAX_VALUE = 99  # every intermediate result stays in 0..99: two-digit sums for a tiny model
+
+
+def _problem(rng: random.Random, steps: int) -> dict[str, Any]:
+    value = rng.randint(2, 30)
+    clauses, ops = [], []
+    for _ in range(steps):
+        can_lose = value >= 2
+        if can_lose and (value + 2 > MAX_VALUE or rng.random() < 0.5):
+            b = rng.randint(1, min(value, 20))
+            clauses.append(f"{rng.choice(LOSS)} {b}")
+            ops.append(("-", b))
+            value -= b
+        else:
+            b = rng.randint(1, min(20, MAX_VALUE - value))
+            clauses.append(f"{rng.choice(GAIN)} {b}")
+            ops.append(("+", b))
+            value += b
+    start = value - sum(b if op == "+" else -b for op, b in ops)
+    name, item = rng.choice(NAMES), rng.choice(ITEMS)
+    question = f"{name} has {start} {item}, " + ", ".join(clauses) + ". How many?"
+    return {"question": question, "answer": str(value), "start": start, "ops": ops}
+
+
+def _steps(start: int, ops: list[tuple[str, int]]) -> list[tuple[int, str, int, int]]:
+    out, v = [], start
+    for op, b in ops:
+        r = v + b if op == "+" else v - b
+        out.append((v, op, b, r))
+        v = r
+    return out
+
+
+def format_solution(steps: list[tuple[int, str, int, int]], answer: int | str) -> str:
+    return " ".join(f"{a}{op}{b}={r}." for a, op, b, r in steps) + f" Answer: {answer}"
+
+
+def make_problems(n: int, seed: int = 0, min_steps: int = 2, max_steps: int = 3) -> list[dict[str, Any]]:
+    """n problems with ids, questions, gold answers and the correct worked steps."""
+    if not 1 <= min_steps <= max_steps:
+        raise ValueError(f"min_steps={min_steps}, max_steps={max_steps}: need 1 <= min_steps <= max_steps")
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        p = _problem(rng, rng.randint(min_steps, max_steps))
+        steps = _steps(p["start"], p["ops"])
+        rows.append({"id": f"arith-{seed}-{i}", "question": p["question"], "answer": p["answer"],
+                     "solution": format_solution(steps, p["answer"])})
+    return rows
+
+
+def corrupt(rng: random.Random, start: int, ops: list[tuple[str, int]]) -> tuple[list, int, int]:
+    """A subtly wrong solution: (steps, stated answer, index of the first bad step).
+
+    The first bad index may equal len(steps): the steps are right but the answer line is not.
+    """
+    steps = _steps(start, ops)
+    kind = rng.choice(["arith", "arith", "flip", "answer"])
+    if kind == "answer":
+        final = steps[-1][3]
+        wrong = final + rng.choice([-2, -1, 1, 2, 10])
+        return steps, wrong if wrong >= 0 else final + 1, len(steps)
+    i = rng.randrange(len(steps))
+    a, op, b, r = steps[i]
+    if kind == "flip" and ((op == "+" and b <= a) or (op == "-" and a + b <= MAX_VALUE)):
+        op = "-" if op == "+" else "+"
+        r = a - b if op == "-" else a + b
+    else:
+        r = r + rng.choice([-2, -1, 1, 2, 10])
+        if r < 0:
+            r = steps[i][3] + 1
+    bad = steps[:i] + [(a, op, b, r)]
+    v = r
+    for _, op2, b2, _ in steps[i + 1 :]:  # later steps carry the error on, computed correctly
+        r2 = v + b2 if op2 == "+" else v - b2
+        bad.append((v, op2, b2, r2))
+        v = r2
+    return bad, v, i
+
+
+def check_text(steps: list[tuple[int, str, int, int]], answer: int, ops: list[tuple[str, int]], start: int) -> tuple[str, int]:
+    """The verifier's worked check: each statement with ok/bad, stopping at the first error."""
+    parts, v = [], start
+    for (a, op, b, r), (gold_op, gold_b) in zip(steps, ops, strict=True):
+        good = a == v and op == gold_op and b == gold_b and r == (a + b if op == "+" else a - b)
+        parts.append(f"{a}{op}{b}={r} {'ok' if good else 'bad'}.")
+        if not good:
+            return " ".join(parts), 0
+        v = r
+    good = answer == v
+    parts.append(f"Answer {answer} {'ok' if good else 'bad'}.")
+    return " ".join(parts), int(good)
+
+
+def seed_corpus(
+    n: int = 6000, seed: int = 0, verify_fraction: float = 0.45, compare_fraction: float = 0.1,
+    corrupt_fraction: float = 0.5, min_steps: int = 2, max_steps: int = 3,
+) -> list[dict[str, str]]:
+    """Rows for training.seed: solving, verifying (correct and corrupted) and comparing."""
+    if verify_fraction + compare_fraction > 1:
+        raise ValueError("verify_fraction + compare_fraction must be <= 1")
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        p = _problem(rng, rng.randint(min_steps, max_steps))
+        q, start, ops = p["question"], p["start"], p["ops"]
+        good = _steps(start, ops)
+        good_text = format_solution(good, p["answer"])
+        u = rng.random()
+        if u < verify_fraction:
+            if rng.random() < corrupt_fraction:
+                steps, ans, _ = corrupt(rng, start, ops)
+            else:
+                steps, ans = good, int(p["answer"])
+            check, verdict = check_text(steps, ans, ops, start)
+            rows.append({"prompt": verify_prompt(q, format_solution(steps, ans), "compact"),
+                         "completion": f" {check} Verdict: {verdict}"})
+        elif u < verify_fraction + compare_fraction:
+            steps, ans, _ = corrupt(rng, start, ops)
+            pair = [(good, int(p["answer"])), (steps, ans)]
+            if rng.random() < 0.5:
+                pair.reverse()
+            checks = [check_text(s, a, ops, start) for s, a in pair]
+            winner = 1 if checks[0][1] == 1 else 2
+            rows.append({"prompt": compare_prompt(q, format_solution(*pair[0]), format_solution(*pair[1]), "compact"),
+                         "completion": f" A1 {checks[0][0]} A2 {checks[1][0]} Verdict: {winner}"})
+        else:
+            rows.append({"prompt": answer_prompt(q, "compact"), "completion": f" {good_text}"})
+    return rows
+
+
+def write_jsonl(rows: list[dict[str, Any]], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

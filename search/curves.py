@@ -1,0 +1,206 @@
+"""Scaling curves from one stored pool: every strategy at every k (and k_verif), with CIs.
+
+    curves = compute_curves(pool, CurvesConfig(seeds=20))
+    curves.summary()["curves"]["verification"]   # [{k, accuracy, ci_low, ci_high}, ...]
+    plot_curves(curves, "runs/exp")               # heatmap.png, curves.png, curves_ambiguous.png
+
+Each point is the mean over questions of the per-question expected accuracy (subsampled
+over `seeds` draws, or exact); its confidence interval is a percentile bootstrap over
+questions, all points sharing the same resamples (one matrix product for every point).
+"Ambiguous" questions have at least one correct candidate in the pool: the ones where
+selection matters, and where more samples can make verification more accurate.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from search.scaling_pool import ScoredPool
+from search.strategies import STRATEGIES, USES_VERDICTS, Draws, StrategyOptions, get_strategy
+
+Subset = Literal["all", "ambiguous"]
+
+
+def powers_up_to(n: int) -> list[int]:
+    """1, 2, 4, ... below n, then n itself: the usual log-spaced grid."""
+    out = [1 << i for i in range(n.bit_length()) if 1 << i < n]
+    return out + [n]
+
+
+@dataclass
+class CurvesConfig:
+    strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))  # names in search.strategies.STRATEGIES
+    k_values: list[int] = field(default_factory=list)  # candidates per point; empty: 1, 2, 4, ..., k_inf
+    k_verif_values: list[int] = field(default_factory=list)  # verdicts per candidate; empty: 1, 2, 4, ..., k_verif
+    seeds: int = 20  # subsamples averaged per point
+    bootstrap: int = 1000  # resamples of the questions for the confidence intervals
+    confidence: float = 0.95  # central interval mass
+    seed: int = 0  # subsampling and bootstrap seed
+    options: StrategyOptions = field(default_factory=StrategyOptions)  # Verification@k settings
+
+    def __post_init__(self):
+        for name in self.strategies:
+            get_strategy(name)  # raises, listing the known names
+        if self.seeds < 1 or self.bootstrap < 1:
+            raise ValueError("CurvesConfig.seeds and CurvesConfig.bootstrap must be >= 1")
+        if not 0 < self.confidence < 1:
+            raise ValueError(f"CurvesConfig.confidence={self.confidence} must be in (0, 1)")
+
+
+@dataclass
+class CurvePoint:
+    strategy: str
+    subset: Subset
+    k: int
+    k_verif: int | None
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    questions: int
+
+
+@dataclass
+class Curves:
+    points: list[CurvePoint]
+    k_values: list[int]
+    k_verif_values: list[int]
+    pool_shape: tuple[int, int, int]
+    ambiguous: int  # questions with at least one correct candidate
+
+    def curve(self, strategy: str, subset: Subset = "all") -> list[CurvePoint]:
+        """Accuracy vs k; strategies that use verdicts at the largest k_verif."""
+        kv = max(self.k_verif_values) if strategy in USES_VERDICTS else None
+        return sorted((p for p in self.points if p.strategy == strategy and p.subset == subset and p.k_verif == kv),
+                      key=lambda p: p.k)
+
+    def heatmap(self, subset: Subset = "all", strategy: str = "verification") -> np.ndarray:
+        """Accuracy [len(k_values), len(k_verif_values)] of a verdict-using strategy."""
+        grid = np.full((len(self.k_values), len(self.k_verif_values)), np.nan)
+        for p in self.points:
+            if p.strategy == strategy and p.subset == subset and p.k_verif is not None:
+                grid[self.k_values.index(p.k), self.k_verif_values.index(p.k_verif)] = p.accuracy
+        return grid
+
+    def strategies(self) -> list[str]:
+        return list(dict.fromkeys(p.strategy for p in self.points))
+
+    def summary(self) -> dict[str, Any]:
+        def rows(s: str, subset: Subset) -> list[dict[str, float]]:
+            return [{"k": p.k, "accuracy": p.accuracy, "ci_low": p.ci_low, "ci_high": p.ci_high}
+                    for p in self.curve(s, subset)]
+
+        out: dict[str, Any] = {
+            "pool": dict(zip(("questions", "k_inf", "k_verif"), self.pool_shape, strict=True)),
+            "ambiguous_questions": self.ambiguous,
+            "curves": {s: rows(s, "all") for s in self.strategies()},
+            "curves_ambiguous": {s: rows(s, "ambiguous") for s in self.strategies()},
+        }
+        if any(s in USES_VERDICTS for s in self.strategies()):
+            out["heatmap"] = {"k_values": self.k_values, "k_verif_values": self.k_verif_values,
+                              "accuracy": np.round(self.heatmap(), 6).tolist()}
+        return out
+
+    def write_csv(self, path: str | Path) -> None:
+        with open(path, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(CurvePoint.__dataclass_fields__))
+            w.writeheader()
+            w.writerows(asdict(p) for p in self.points)
+
+
+def bootstrap_ci(per_question: np.ndarray, resamples: int, confidence: float,
+                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile CIs of the mean over questions, for every row of per_question [P, Q] at once."""
+    q = per_question.shape[1]
+    counts = rng.multinomial(q, np.full(q, 1.0 / q), size=resamples)  # [B, Q]: how often each question is drawn
+    means = per_question @ counts.T / q  # [P, B]
+    tail = (1 - confidence) / 2 * 100
+    return np.percentile(means, tail, axis=1), np.percentile(means, 100 - tail, axis=1)
+
+
+def compute_curves(pool: ScoredPool, cfg: CurvesConfig) -> Curves:
+    q, n, v = pool.shape
+    ks = sorted(set(cfg.k_values)) or powers_up_to(n)
+    kvs = sorted(set(cfg.k_verif_values)) or powers_up_to(v)
+    bad = [k for k in ks if not 1 <= k <= n] + [k for k in kvs if not 1 <= k <= v]
+    if bad:
+        raise ValueError(f"CurvesConfig k_values/k_verif_values {bad} are outside the pool's k_inf={n}, k_verif={v}")
+    draws = Draws(pool, seeds=cfg.seeds, seed=cfg.seed)
+    keys: list[tuple[str, int, int | None]] = []
+    rows: list[np.ndarray] = []
+    for name in cfg.strategies:
+        fn = get_strategy(name)
+        for kv in (kvs if name in USES_VERDICTS else [None]):
+            for k in ks:
+                res = fn(pool, draws, k=k, k_verif=kv, options=cfg.options)
+                keys.append((name, k, kv))
+                rows.append(res.per_question)
+    per_q = np.stack(rows)  # [P, Q]
+    rng = np.random.default_rng(cfg.seed + 1)
+    points: list[CurvePoint] = []
+    amb = pool.ambiguous()
+    for subset, mask in (("all", np.ones(q, bool)), ("ambiguous", amb)):
+        if not mask.any():
+            continue
+        sub = per_q[:, mask]
+        lo, hi = bootstrap_ci(sub, cfg.bootstrap, cfg.confidence, rng)
+        for (name, k, kv), acc, a, b in zip(keys, sub.mean(1), lo, hi, strict=True):
+            points.append(CurvePoint(name, subset, k, kv, float(acc), float(a), float(b), int(mask.sum())))
+    return Curves(points, ks, kvs, (q, n, v), int(amb.sum()))
+
+
+LABELS = {"pass": "pass@k (oracle)", "consistency": "Consistency@k", "best_of_n": "Best-of-N",
+          "weighted_best_of_n": "weighted Best-of-N", "verification": "Verification@k"}
+
+
+def plot_curves(curves: Curves, out_dir: str | Path) -> list[Path]:
+    """heatmap.png (Verification@k over k x k_verif), curves.png and curves_ambiguous.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    written = []
+    if "verification" in curves.strategies():
+        grid = curves.heatmap()
+        fig, ax = plt.subplots(figsize=(1.2 + 0.7 * len(curves.k_verif_values), 1.2 + 0.5 * len(curves.k_values)))
+        im = ax.imshow(grid, origin="lower", cmap="viridis", aspect="auto")
+        ax.set_xticks(range(len(curves.k_verif_values)), curves.k_verif_values)
+        ax.set_yticks(range(len(curves.k_values)), curves.k_values)
+        ax.set_xlabel("verifications per candidate (k_verif)")
+        ax.set_ylabel("candidates (k_inf)")
+        for i in range(grid.shape[0]):
+            for j in range(grid.shape[1]):
+                ax.text(j, i, f"{grid[i, j]:.2f}", ha="center", va="center", fontsize=7, color="w")
+        fig.colorbar(im, label="Verification@k accuracy")
+        ax.set_title("Verification@k accuracy")
+        fig.tight_layout()
+        written.append(out_dir / "heatmap.png")
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    for subset, name in (("all", "curves.png"), ("ambiguous", "curves_ambiguous.png")):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for s in curves.strategies():
+            pts = curves.curve(s, subset)  # type: ignore[arg-type]
+            if not pts:
+                continue
+            k = [p.k for p in pts]
+            ax.plot(k, [p.accuracy for p in pts], marker="o", label=LABELS.get(s, s))
+            ax.fill_between(k, [p.ci_low for p in pts], [p.ci_high for p in pts], alpha=0.15)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("candidates k")
+        ax.set_ylabel("accuracy")
+        title = "all questions" if subset == "all" else f"ambiguous questions ({curves.ambiguous})"
+        ax.set_title(f"accuracy vs k, {title}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        written.append(out_dir / name)
+        fig.savefig(written[-1], dpi=120)
+        plt.close(fig)
+    return written

@@ -1,0 +1,157 @@
+"""ScoredPool: one stored run of candidates, verdicts and comparisons, as dense arrays.
+
+Every strategy and every point of every scaling curve is computed from this one pool by
+subsampling, so the sampling budget is spent once (k_inf candidates x k_verif verdicts per
+question) and the curves at every smaller (k, k_verif) come for free.
+
+Arrays (Q questions, N candidates each, V verdicts per candidate, A answer classes):
+- correct       bool [Q, N]   the candidate's final answer matches the gold answer
+- answer_ids    int  [Q, N]   equivalence class of its final answer; -1 = no final answer
+- answer_correct bool [Q, A]  whether class a is the gold answer (padding classes: False)
+- verdicts      int8 [Q, N, V] self-verification: 1, 0, or -1 = unparsable (never guessed)
+- compare_win   float [Q, A, A] P(a response answering a beats one answering b) in pairwise
+                comparisons, from the stored comparisons; 0.5 where no comparison was made
+- score         float [Q, N]  a scalar score for Best-of-N (default: mean verdict over all V)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ARRAYS = ("correct", "answer_ids", "answer_correct", "verdicts", "compare_win", "score")
+
+
+@dataclass
+class ScoredPool:
+    question_ids: list[str]
+    correct: np.ndarray
+    answer_ids: np.ndarray
+    answer_correct: np.ndarray
+    verdicts: np.ndarray
+    compare_win: np.ndarray
+    score: np.ndarray
+
+    def __post_init__(self):
+        q, n = self.correct.shape
+        v = self.verdicts.shape[2]
+        a = self.answer_correct.shape[1]
+        want = {"answer_ids": (q, n), "verdicts": (q, n, v), "compare_win": (q, a, a), "score": (q, n)}
+        for name, shape in want.items():
+            if getattr(self, name).shape != shape:
+                raise ValueError(f"ScoredPool.{name} has shape {getattr(self, name).shape}, expected {shape}")
+        if len(self.question_ids) != q:
+            raise ValueError(f"ScoredPool.question_ids has {len(self.question_ids)} ids for {q} questions")
+        if self.answer_ids.max(initial=-1) >= a:
+            raise ValueError("ScoredPool.answer_ids refers to a class beyond answer_correct's width")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """(questions, candidates per question, verdicts per candidate)."""
+        return self.correct.shape[0], self.correct.shape[1], self.verdicts.shape[2]
+
+    def verdict_counts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(ones, zeros, unparsable) per candidate, int64 [Q, N]: verdicts are exchangeable."""
+        v = self.verdicts
+        return (v == 1).sum(-1), (v == 0).sum(-1), (v < 0).sum(-1)
+
+    def ambiguous(self) -> np.ndarray:
+        """Questions with at least one correct candidate (where selection can matter)."""
+        return self.correct.any(axis=1)
+
+    def subset(self, mask: np.ndarray) -> ScoredPool:
+        idx = np.flatnonzero(mask)
+        return ScoredPool([self.question_ids[i] for i in idx], *(getattr(self, n)[idx] for n in ARRAYS))
+
+    def save(self, path: str | Path) -> None:
+        np.savez_compressed(path, question_ids=np.array(self.question_ids), **{n: getattr(self, n) for n in ARRAYS})
+
+    @classmethod
+    def load(cls, path: str | Path) -> ScoredPool:
+        with np.load(path) as f:
+            return cls([str(x) for x in f["question_ids"]], *(f[n] for n in ARRAYS))
+
+    @classmethod
+    def from_records(cls, records: list[dict[str, Any]]) -> ScoredPool:
+        """Build from per-question records (what the scaling job stores in Redis).
+
+        A record: {"id", "candidates": [{"answer_id", "correct", "verdicts": [1, 0, -1, ...]}],
+        "answer_correct": [bool per class], "comparisons": [[class_a, class_b, winner 1|2|-1], ...]}.
+        Every question must have the same number of candidates and verdicts.
+        """
+        if not records:
+            raise ValueError("no question records: the pool is empty")
+        n = {len(r["candidates"]) for r in records}
+        v = {len(c["verdicts"]) for r in records for c in r["candidates"]}
+        if len(n) != 1 or len(v) != 1:
+            raise ValueError(f"records disagree on candidates per question {sorted(n)} or verdicts per candidate "
+                             f"{sorted(v)}; finish sampling (the job resumes) before computing curves")
+        (n,), (v,) = n, v
+        q = len(records)
+        a = max(1, max(len(r["answer_correct"]) for r in records))
+        correct = np.zeros((q, n), bool)
+        answer_ids = np.full((q, n), -1, np.int32)
+        answer_correct = np.zeros((q, a), bool)
+        verdicts = np.zeros((q, n, v), np.int8)
+        wins = np.zeros((q, a, a))
+        games = np.zeros((q, a, a))
+        for i, r in enumerate(records):
+            for j, c in enumerate(r["candidates"]):
+                correct[i, j] = bool(c["correct"])
+                answer_ids[i, j] = c["answer_id"]
+                verdicts[i, j] = c["verdicts"]
+            answer_correct[i, : len(r["answer_correct"])] = r["answer_correct"]
+            for x, y, winner in r.get("comparisons", []):
+                if winner not in (1, 2) or x == y:  # unparsable comparisons carry no information
+                    continue
+                games[i, x, y] += 1
+                games[i, y, x] += 1
+                wins[i, x, y] += winner == 1
+                wins[i, y, x] += winner == 2
+        # Laplace-smoothed: one comparison is evidence, not certainty; none at all stays 0.5.
+        compare_win = (wins + 0.5) / (games + 1.0)
+        score = mean_verdict(verdicts)
+        return cls([str(r["id"]) for r in records], correct, answer_ids, answer_correct, verdicts, compare_win, score)
+
+
+def mean_verdict(verdicts: np.ndarray) -> np.ndarray:
+    """Mean over parsable verdicts; -1 for a candidate with none (ranked below every scored one)."""
+    ones = (verdicts == 1).sum(-1)
+    valid = (verdicts >= 0).sum(-1)
+    return np.where(valid > 0, ones / np.maximum(valid, 1), -1.0)
+
+
+def synthetic_pool(
+    questions: int = 100, candidates: int = 64, verdicts: int = 16, seed: int = 0,
+    wrong_classes: int = 6, true_positive: float = 0.8, false_positive: float = 0.3,
+    unparsable: float = 0.02, compare_accuracy: float = 0.75, no_answer: float = 0.05,
+) -> ScoredPool:
+    """A random pool with a verifier better than chance: for tests and the benchmark.
+
+    Each question has its own solve rate; wrong answers spread over a few classes with a
+    Zipf-like skew (a popular wrong answer, as real models have); each candidate's chance
+    of a 1 verdict is drawn around true_positive (correct) or false_positive (wrong).
+    """
+    rng = np.random.default_rng(seed)
+    q, n, v = questions, candidates, verdicts
+    solve = rng.beta(0.7, 1.2, size=(q, 1))
+    correct = rng.random((q, n)) < solve
+    skew = 1.0 / np.arange(1, wrong_classes + 1)
+    wrong = rng.choice(np.arange(1, wrong_classes + 1), size=(q, n), p=skew / skew.sum())
+    answer_ids = np.where(correct, 0, wrong).astype(np.int32)
+    answer_ids[(rng.random((q, n)) < no_answer) & ~correct] = -1
+    p_yes = np.where(correct, true_positive, false_positive) + rng.normal(0, 0.1, (q, n))
+    p_yes = np.clip(p_yes, 0.01, 0.99)[..., None]
+    verdict = (rng.random((q, n, v)) < p_yes).astype(np.int8)
+    verdict[rng.random((q, n, v)) < unparsable] = -1
+    a = wrong_classes + 1
+    answer_correct = np.zeros((q, a), bool)
+    answer_correct[:, 0] = True
+    win = np.full((q, a, a), 0.5)
+    win[:, 0, 1:] = compare_accuracy
+    win[:, 1:, 0] = 1 - compare_accuracy
+    ids = [f"synthetic-{seed}-{i}" for i in range(q)]
+    return ScoredPool(ids, correct, answer_ids, answer_correct, verdict, win, mean_verdict(verdict))

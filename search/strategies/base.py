@@ -1,0 +1,147 @@
+"""What every strategy shares: options, the random draws, the typed result, and the helpers.
+
+Strategies are functions with one signature,
+
+    strategy(pool, draws, *, k, k_verif, options) -> StrategyResult
+
+that return the expected accuracy of each question when the strategy picks one answer from
+k candidates (and k_verif verdicts per candidate), averaged over `draws.seeds` random
+subsamples without replacement of the stored pool. pass@k and Best-of-N have exact
+closed forms and ignore the draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from search.scaling_pool import ScoredPool
+
+# Scores within this float slack of the top-group boundary count as inside it.
+EPS = 1e-9
+
+
+@dataclass
+class StrategyOptions:
+    top_margin: float = 0.05  # candidates within this of the best mean verdict form the top group
+    preliminary: bool = False  # score a few verdicts first and drop weak candidates before the rest
+    n_preliminary: int = 10  # verdicts in the preliminary round
+    preliminary_threshold: float = 0.2  # drop candidates whose preliminary mean is below this
+    max_per_answer: int = 15  # after the preliminary round keep at most this many per distinct answer
+
+    def __post_init__(self):
+        if not 0 <= self.top_margin < 1:
+            raise ValueError(f"StrategyOptions.top_margin={self.top_margin} must be in [0, 1)")
+        if self.n_preliminary < 1 or self.max_per_answer < 1:
+            raise ValueError("StrategyOptions.n_preliminary and max_per_answer must be >= 1")
+        if not 0 <= self.preliminary_threshold <= 1:
+            raise ValueError(f"StrategyOptions.preliminary_threshold={self.preliminary_threshold} must be in [0, 1]")
+
+
+@dataclass
+class StrategyResult:
+    name: str
+    k: int
+    k_verif: int | None  # None: the strategy does not use verdicts
+    per_question: np.ndarray  # float [Q]: expected accuracy of each question
+    exact: bool  # closed form (True) or an average over subsamples (False)
+
+
+@dataclass
+class Draws:
+    """The random subsamples every strategy sees (common random numbers across strategies).
+
+    `order[s, q]` is a random permutation of question q's candidates for seed s; the
+    k-subsample is its first k entries, which is a uniform subset without replacement for
+    every k at once.
+    """
+
+    pool: ScoredPool
+    seeds: int = 20
+    seed: int = 0
+    order: np.ndarray = field(init=False)
+    rng: np.random.Generator = field(init=False)
+    _cache: dict = field(init=False, default_factory=dict)
+    _compare: np.ndarray | None = field(init=False, default=None)
+
+    def __post_init__(self):
+        if self.seeds < 1:
+            raise ValueError(f"Draws.seeds={self.seeds} must be >= 1")
+        self.rng = np.random.default_rng(self.seed)
+        q, n, _ = self.pool.shape
+        self.order = np.argsort(self.rng.random((self.seeds, q, n)), axis=-1).astype(np.int32)
+
+    def take(self, array: np.ndarray, k: int) -> np.ndarray:
+        """array [Q, N] gathered on the first k of each permutation -> [S, Q, k]."""
+        return np.take_along_axis(np.broadcast_to(array, (self.seeds, *array.shape)), self.order[..., :k], axis=-1)
+
+    def cached(self, key: tuple, build):
+        """One cached value at a time (the last k_verif's scores): the grid loops k inside k_verif."""
+        if key not in self._cache:
+            self._cache.clear()
+            self._cache[key] = build()
+        return self._cache[key]
+
+
+    def cached_compare(self, pool: ScoredPool, build) -> np.ndarray:
+        """The pool's comparison matrix, built once per Draws."""
+        if self._compare is None:
+            self._compare = build(pool)
+        return self._compare
+
+
+def check_k(pool: ScoredPool, k: int, k_verif: int | None) -> None:
+    _, n, v = pool.shape
+    if not 1 <= k <= n:
+        raise ValueError(f"k={k} is out of range: the pool has {n} candidates per question")
+    if k_verif is not None and not 1 <= k_verif <= v:
+        raise ValueError(f"k_verif={k_verif} is out of range: the pool has {v} verdicts per candidate")
+
+
+def hypergeometric(rng: np.random.Generator, good: np.ndarray, bad: np.ndarray, take: np.ndarray) -> np.ndarray:
+    """How many `good` items a uniform draw of `take` from good+bad holds (elementwise)."""
+    take = np.broadcast_to(take, np.broadcast_shapes(good.shape, bad.shape, np.shape(take)))
+    out = np.zeros(take.shape, np.int64)
+    live = take > 0  # numpy's sampler wants nsample >= 1 on some versions; 0 drawn is 0 good
+    if live.any():
+        g, b = np.broadcast_to(good, take.shape), np.broadcast_to(bad, take.shape)
+        out[live] = rng.hypergeometric(g[live], b[live], take[live])
+    return out
+
+
+def draw_verdicts(rng: np.random.Generator, ones: np.ndarray, zeros: np.ndarray, bad: np.ndarray,
+                  take: int | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Draw `take` verdicts without replacement from (ones, zeros, unparsable) counts.
+
+    Returns the drawn (ones, zeros, unparsable): the multivariate hypergeometric as two
+    chained univariate draws, vectorized over every candidate of every seed.
+    """
+    take = np.asarray(take)
+    drawn_bad = hypergeometric(rng, bad, ones + zeros, take)
+    valid = take - drawn_bad
+    drawn_ones = hypergeometric(rng, ones, zeros, valid)
+    return drawn_ones, valid - drawn_ones, drawn_bad
+
+
+def vote(classes: np.ndarray, weights: np.ndarray, n_classes: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted vote per (seed, question) over answer classes; -1 (no answer) votes for nothing.
+
+    classes, weights: [S, Q, k]. Returns (winning class [S, Q], whether any vote was cast).
+    Ties go to a uniformly random tied class.
+    """
+    s, q, _ = classes.shape
+    valid = classes >= 0
+    flat = (np.arange(s * q).reshape(s, q, 1) * n_classes + np.where(valid, classes, 0))[valid]
+    totals = np.bincount(flat, weights=weights[valid], minlength=s * q * n_classes).reshape(s, q, n_classes)
+    cast = np.bincount(flat, minlength=s * q * n_classes).reshape(s, q, n_classes) > 0
+    # A random key below any real weight gap breaks ties; classes with no votes never win.
+    key = np.where(cast, totals + rng.random(totals.shape) * 1e-6, -np.inf)
+    return key.argmax(-1), cast.any(-1)
+
+
+def class_correct(pool: ScoredPool, classes: np.ndarray, any_vote: np.ndarray) -> np.ndarray:
+    """Correctness [S, Q] of the chosen classes (no vote at all is wrong)."""
+    q = pool.shape[0]
+    ok = pool.answer_correct[np.arange(q)[None, :], np.maximum(classes, 0)]
+    return ok & any_vote & (classes >= 0)

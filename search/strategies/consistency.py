@@ -1,0 +1,23 @@
+"""Consistency@k: majority vote over the normalized final answers of k candidates."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from search.scaling_pool import ScoredPool
+from search.strategies.base import (
+    Draws,
+    StrategyOptions,
+    StrategyResult,
+    check_k,
+    class_correct,
+    vote,
+)
+
+
+def consistency(pool: ScoredPool, draws: Draws, *, k: int, k_verif: int | None, options: StrategyOptions) -> StrategyResult:
+    check_k(pool, k, None)
+    classes = draws.take(pool.answer_ids, k)
+    chosen, cast = vote(classes, np.ones(classes.shape), pool.answer_correct.shape[1], draws.rng)
+    acc = class_correct(pool, chosen, cast).mean(0)
+    return StrategyResult("consistency", k, None, acc, exact=False)

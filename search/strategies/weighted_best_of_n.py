@@ -1,0 +1,25 @@
+"""Weighted Best-of-N: the answer whose k candidates have the largest summed score."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from search.scaling_pool import ScoredPool
+from search.strategies.base import (
+    Draws,
+    StrategyOptions,
+    StrategyResult,
+    check_k,
+    class_correct,
+    vote,
+)
+
+
+def weighted_best_of_n(pool: ScoredPool, draws: Draws, *, k: int, k_verif: int | None,
+                       options: StrategyOptions) -> StrategyResult:
+    check_k(pool, k, None)
+    classes = draws.take(pool.answer_ids, k)
+    weights = np.maximum(draws.take(pool.score, k), 0.0)  # an unscored candidate (-1) adds nothing
+    chosen, cast = vote(classes, weights, pool.answer_correct.shape[1], draws.rng)
+    acc = class_correct(pool, chosen, cast).mean(0)
+    return StrategyResult("weighted_best_of_n", k, None, acc, exact=False)

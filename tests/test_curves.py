@@ -1,0 +1,86 @@
+"""Scaling curves: grid coverage, CI sanity, the ambiguous subset, outputs on disk."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from search.curves import CurvesConfig, bootstrap_ci, compute_curves, plot_curves, powers_up_to
+from search.scaling_pool import ScoredPool, synthetic_pool
+
+
+def test_powers_up_to_ends_at_n():
+    assert powers_up_to(1) == [1]
+    assert powers_up_to(12) == [1, 2, 4, 8, 12]
+    assert powers_up_to(16) == [1, 2, 4, 8, 16]
+
+
+def test_bootstrap_ci_brackets_the_mean_and_narrows_with_more_questions():
+    rng = np.random.default_rng(0)
+    small = (rng.random((1, 20)) < 0.5).astype(float)
+    large = (rng.random((1, 2000)) < 0.5).astype(float)
+    lo_s, hi_s = bootstrap_ci(small, 2000, 0.95, rng)
+    lo_l, hi_l = bootstrap_ci(large, 2000, 0.95, rng)
+    assert lo_s[0] <= small.mean() <= hi_s[0]
+    assert lo_l[0] <= large.mean() <= hi_l[0]
+    assert hi_l[0] - lo_l[0] < (hi_s[0] - lo_s[0]) / 3
+
+
+def test_curves_cover_the_grid_and_order_sensibly(tmp_path):
+    pool = synthetic_pool(80, 16, 8, seed=1)
+    curves = compute_curves(pool, CurvesConfig(seeds=10, bootstrap=200))
+    s = curves.summary()
+    assert [p["k"] for p in s["curves"]["pass"]] == [1, 2, 4, 8, 16]
+    assert np.array(s["heatmap"]["accuracy"]).shape == (5, 4)
+    passes = [p["accuracy"] for p in s["curves"]["pass"]]
+    assert passes == sorted(passes)  # pass@k never decreases in k
+    for strategy, rows in s["curves"].items():
+        for row in rows:
+            assert row["ci_low"] <= row["accuracy"] + 1e-12 <= row["ci_high"] + 2e-12, strategy
+            assert row["accuracy"] <= s["curves"]["pass"][[p["k"] for p in s["curves"]["pass"]].index(row["k"])]["accuracy"] + 1e-9
+    # with a verifier better than chance, Verification@16 beats Consistency@16 on this pool
+    assert s["curves"]["verification"][-1]["accuracy"] > s["curves"]["consistency"][-1]["accuracy"]
+    # on ambiguous questions accuracy is higher (hopeless questions are gone)
+    assert s["curves_ambiguous"]["verification"][-1]["accuracy"] >= s["curves"]["verification"][-1]["accuracy"]
+    curves.write_csv(tmp_path / "curves.csv")
+    assert len((tmp_path / "curves.csv").read_text().splitlines()) == 1 + len(curves.points)
+    written = plot_curves(curves, tmp_path)
+    assert {p.name for p in written} == {"heatmap.png", "curves.png", "curves_ambiguous.png"}
+    assert all(p.stat().st_size > 1000 for p in written)
+    json.dumps(s)  # the summary is plain JSON
+
+
+def test_curves_reject_k_beyond_the_pool():
+    pool = synthetic_pool(5, 8, 4)
+    with pytest.raises(ValueError, match="k_inf=8"):
+        compute_curves(pool, CurvesConfig(k_values=[16], seeds=1, bootstrap=10))
+
+
+def test_unknown_strategy_in_config_is_an_error():
+    with pytest.raises(ValueError, match="unknown"):
+        CurvesConfig(strategies=["nope"])
+
+
+def test_pool_round_trips_through_npz(tmp_path):
+    pool = synthetic_pool(6, 5, 3, seed=2)
+    pool.save(tmp_path / "pool.npz")
+    back = ScoredPool.load(tmp_path / "pool.npz")
+    assert back.question_ids == pool.question_ids
+    np.testing.assert_array_equal(back.verdicts, pool.verdicts)
+    np.testing.assert_array_equal(back.compare_win, pool.compare_win)
+
+
+def test_pool_from_records_counts_comparisons_and_rejects_ragged_records():
+    rec = {"id": "a", "answer_correct": [True, False],
+           "candidates": [{"answer_id": 0, "correct": True, "verdicts": [1, -1]},
+                          {"answer_id": 1, "correct": False, "verdicts": [0, 0]}],
+           "comparisons": [[0, 1, 1], [1, 0, 2], [0, 1, -1]]}
+    pool = ScoredPool.from_records([rec])
+    assert pool.compare_win[0, 0, 1] == pytest.approx(2.5 / 3)  # two wins of class 0, smoothed
+    assert pool.compare_win[0, 1, 0] == pytest.approx(0.5 / 3)
+    assert pool.score[0].tolist() == [1.0, 0.0]
+    ragged = dict(rec, id="b", candidates=rec["candidates"][:1])
+    with pytest.raises(ValueError, match="candidates per question"):
+        ScoredPool.from_records([rec, ragged])
