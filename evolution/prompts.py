@@ -1,0 +1,112 @@
+"""SOAR prompts: sampling (write `transform`) and refinement (repair a program from feedback).
+
+Two styles share one structure. "numpy" is for strong code models (instructions, colour
+legend, numpy-style grids, an optional one-shot solved example from another task). "compact"
+is for small seed models: digit grids plus features a small model can use (shapes, colour
+sets, how many cells change), ending in a cue the seed corpus teaches.
+The refinement prompt shows the parent program, which train pairs it solved, its wrong
+outputs (capped) and its test outputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from evolution.gridtext import colour_set, grid_text, shape
+from evolution.records import Candidate
+from verifiers.arc.grids import ArcTask, Grid
+
+PromptStyle = Literal["numpy", "compact"]
+COLOURS = "0 black, 1 blue, 2 red, 3 green, 4 yellow, 5 grey, 6 magenta, 7 orange, 8 light blue, 9 maroon"
+SAMPLE_CUE = "program\n"
+REFINE_CUE = "better program\n"
+MAX_WRONG_SHOWN = 2  # wrong outputs shown in a refinement prompt (prompts stay short)
+
+
+def _pair_header(i: int, inp: Grid, out: Grid) -> str:
+    head = f"pair {i}: {shape(inp)} -> {shape(out)}, colours {colour_set(inp)} -> {colour_set(out)}"
+    if shape(inp) == shape(out):
+        changed = sum(a != b for ra, rb in zip(inp, out, strict=True) for a, b in zip(ra, rb, strict=True))
+        head += f", {changed} cells change"
+    return head
+
+
+def compact_task(task: ArcTask) -> str:
+    parts = ["task"]
+    for i, ex in enumerate(task.train, 1):
+        parts += [_pair_header(i, ex.input, ex.output), grid_text(ex.input, "digits"), "->",
+                  grid_text(ex.output, "digits")]
+    for i, ex in enumerate(task.test, 1):
+        parts += [f"test {i}: {shape(ex.input)}, colours {colour_set(ex.input)}", grid_text(ex.input, "digits")]
+    return "\n".join(parts) + "\n"
+
+
+def numpy_task(task: ArcTask) -> str:
+    parts = []
+    for i, ex in enumerate(task.train, 1):
+        parts += [f"## Example {i}", f"Input (shape {shape(ex.input)}):", grid_text(ex.input, "numpy"),
+                  f"Output (shape {shape(ex.output)}):", grid_text(ex.output, "numpy"), ""]
+    for i, ex in enumerate(task.test, 1):
+        parts += [f"## Test input {i} (shape {shape(ex.input)}):", grid_text(ex.input, "numpy"), ""]
+    return "\n".join(parts)
+
+
+def sampling_prompt(task: ArcTask, style: PromptStyle = "compact",
+                    example: tuple[ArcTask, str] | None = None) -> str:
+    """Ask for a `transform(grid)` for this task. `example` = (another solved task, its code)."""
+    if style == "compact":
+        return compact_task(task) + SAMPLE_CUE
+    if style != "numpy":
+        raise ValueError(f"prompt style {style!r} is unknown; use 'compact' or 'numpy'")
+    if example is not None and example[0].id == task.id:
+        raise ValueError(f"the one-shot example must come from another task, not {task.id!r}")
+    intro = (
+        "You are solving an ARC puzzle. Each example maps an input grid to an output grid by one "
+        "hidden rule. Grids are numpy arrays of colours: " + COLOURS + ".\n"
+        "Write a Python function `transform(grid)` that takes the input as a list of lists of "
+        "ints and returns the output grid. You may use numpy. Answer with one ```python block.\n\n"
+    )
+    shot = ""
+    if example is not None:
+        shot = f"# Solved example puzzle\n{numpy_task(example[0])}\n```python\n{example[1].strip()}\n```\n\n"
+    return intro + shot + "# Puzzle to solve\n" + numpy_task(task.without_answers())
+
+
+def _feedback_lines(parent: Candidate, task: ArcTask, style: PromptStyle) -> list[str]:
+    grid_style = "digits" if style == "compact" else "numpy"
+    verdicts = " ".join("yes" if ok else "no" for ok in parent.train_correct)
+    lines = [f"it solved {sum(parent.train_correct)} of {len(task.train)} train pairs: {verdicts}"]
+    wrong = [i for i, ok in enumerate(parent.train_correct) if not ok][:MAX_WRONG_SHOWN]
+    for i in wrong:
+        out = parent.train_outputs[i] if i < len(parent.train_outputs) else None
+        lines += [f"its output for pair {i + 1}:", "(error)" if out is None else grid_text(out, grid_style)]
+    for i, out in enumerate(parent.test_outputs, 1):
+        lines += [f"its output for test {i}:", "(error)" if out is None else grid_text(out, grid_style)]
+    return lines
+
+
+def refinement_prompt(task: ArcTask, parent: Candidate, style: PromptStyle = "compact") -> str:
+    """Ask for an improved program given the parent and how it did."""
+    feedback = _feedback_lines(parent, task, style)
+    if style == "compact":
+        return compact_task(task) + "previous program\n" + parent.code.rstrip() + "\n" + "\n".join(feedback) + "\n" + REFINE_CUE
+    intro = (
+        "You are solving an ARC puzzle (grids of colours: " + COLOURS + "). Below is a program that "
+        "tries to solve it, and how it did. Find the mistake and write a corrected `transform(grid)` "
+        "in one ```python block.\n\n"
+    )
+    return (intro + numpy_task(task.without_answers()) + "# Previous program\n```python\n" + parent.code.strip()
+            + "\n```\n# How it did\n" + "\n".join(feedback) + "\n")
+
+
+def train_pairs_shown(prompt: str) -> int:
+    """How many train pairs a compact prompt shows (used by tests and dataset checks)."""
+    return sum(1 for line in prompt.splitlines() if line.startswith("pair "))
+
+
+def render_task(task: ArcTask, style: PromptStyle) -> str:
+    return compact_task(task) if style == "compact" else numpy_task(task)
+
+
+__all__: Sequence[str] = ["REFINE_CUE", "SAMPLE_CUE", "refinement_prompt", "render_task", "sampling_prompt"]
