@@ -1,0 +1,200 @@
+"""SOAR search: sample programs per task, execute them, refine the promising ones, vote.
+
+The driver is plain asyncio over two injected async functions, so it runs the same on a
+Ray cluster (SamplerPool + ArcVerifierPool) and in one process (an engine + ArcExecutor):
+
+    sampler(prompts, params) -> list[list[Completion]]
+    verifier(task, codes)    -> list[ProgramResult]
+
+Many tasks are in flight at once, so while one task waits for its programs to execute the
+samplers are busy with another's prompts. Every batch is archived in the store together
+with the counters that budget it (one MULTI/EXEC), so a killed job resumes where it was:
+no task re-sampled beyond its budget, no archived program lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from evolution.extract import extract_code
+from evolution.filters import FilterConfig, keep_for_refinement, keep_for_voting
+from evolution.dsl import __all__ as DSL_NAMES
+from evolution.programs import PRELUDE
+from evolution.prompts import PromptStyle, refinement_prompt, sampling_prompt
+from evolution.records import Candidate
+from evolution.rex import RexConfig, balanced_pool, choose_parents
+from evolution.voting import VoteConfig, vote
+from search.types import Completion, SamplingParams
+from store.archive import CandidateArchive
+from verifiers.arc.grids import ArcTask
+from verifiers.arc.results import ProgramResult
+
+Sampler = Callable[[Sequence[str], SamplingParams], Awaitable[list[list[Completion]]]]
+Verifier = Callable[[ArcTask, Sequence[str]], Awaitable[list[ProgramResult]]]
+
+
+@dataclass
+class SearchConfig:
+    samples_per_task: int = 3000  # SOAR: 3k samples ...
+    refinements_per_task: int = 3000  # ... + 3k refinements per task
+    batch: int = 16  # completions per sampler request (sampling: n per prompt; refinement: parents)
+    stop_after_correct: int = 32  # K: a task stops early once this many programs solve every train pair
+    temperature: float = 1.0  # SOAR samples at 1.0 ...
+    min_p: float = 0.05  # ... with min_p 0.05
+    top_p: float = 1.0
+    max_tokens: int = 1024  # per program
+    stop: list[str] = field(default_factory=list)  # extra stop strings
+    prompt_style: PromptStyle = "numpy"  # "compact" for the small seed models
+    one_shot: bool = True  # numpy style: show one solved example from another task
+    rex_c: float = 20.0  # REX: theta ~ Beta(1 + C*h, 1 + C*(1-h) + N)
+    pool_size: int = 64  # programs in the balanced refinement pool
+    tasks_in_flight: int = 8  # tasks searched concurrently (keeps samplers busy)
+    seed: int = 0  # sampling and REX seed (fixed per task and iteration, so resumes repeat it)
+
+    def __post_init__(self):
+        for name in ("batch", "stop_after_correct", "max_tokens", "pool_size", "tasks_in_flight"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"search.{name}={getattr(self, name)} must be >= 1")
+        for name in ("samples_per_task", "refinements_per_task"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"search.{name}={getattr(self, name)} must be >= 0")
+
+
+@dataclass
+class TaskOutcome:
+    task_id: str
+    candidates: list[Candidate]  # this iteration's distinct programs, in archive order
+    sampled: int  # completions drawn (sampling phase), across restarts
+    refined: int  # completions drawn (refinement phase)
+    no_code: int  # completions with no extractable program
+    executions: int  # programs run in a sandbox by this process
+    cache_hits: int  # programs answered by the execution cache
+    attempts: list[list]  # per test input: up to 2 grids (the vote)
+    vote_groups: int
+
+
+def _rng(seed: int, task_id: str, iteration: int, salt: str) -> np.random.Generator:
+    digest = hashlib.sha256(f"{seed}:{task_id}:{iteration}:{salt}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+class SoarSearch:
+    def __init__(self, cfg: SearchConfig, *, sampler: Sampler, verifier: Verifier, archive: CandidateArchive,
+                 model_version: str, iteration: int = 0, filters: FilterConfig | None = None,
+                 vote_cfg: VoteConfig | None = None, examples: dict[str, tuple[ArcTask, str]] | None = None,
+                 on_progress: Callable[[str, int], None] | None = None):
+        self.cfg, self.sampler, self.verifier, self.archive = cfg, sampler, verifier, archive
+        self.model_version, self.iteration = model_version, iteration
+        self.filters = filters or FilterConfig()
+        self.vote_cfg = vote_cfg or VoteConfig()
+        self.rex = RexConfig(c=cfg.rex_c)
+        self.examples = examples or {}
+        self.on_progress = on_progress or (lambda task_id, n: None)
+        self.sampler_wait_s = 0.0  # time requests spent in the sampler (summed over tasks)
+
+    # --- counters kept in the store (budgets survive restarts) -----------------------------
+    def _key(self, task_id: str, what: str) -> str:
+        return f"it{self.iteration}:{what}:{task_id}"
+
+    def _params(self, n: int, salt: int) -> SamplingParams:
+        c = self.cfg
+        return SamplingParams(n=n, temperature=c.temperature, top_p=c.top_p, min_p=c.min_p,
+                              max_tokens=c.max_tokens, stop=tuple(c.stop), seed=c.seed * 1_000_003 + salt)
+
+    def _one_shot(self, task: ArcTask) -> tuple[ArcTask, str] | None:
+        if not self.cfg.one_shot or self.cfg.prompt_style != "numpy":
+            return None
+        others = sorted(k for k in self.examples if k != task.id)
+        return self.examples[others[hash(task.id) % len(others)]] if others else None
+
+    async def _evaluate(self, task: ArcTask, completions: Sequence[Completion], kind: str,
+                        parents: Sequence[Candidate | None], counters: dict[str, int], outcome: TaskOutcome) -> None:
+        """Extract, execute, archive (with the budget counters, atomically)."""
+        codes = [extract_code(c.text, prelude=PRELUDE, prelude_names=DSL_NAMES) for c in completions]
+        outcome.no_code += sum(code is None for code in codes)
+        runnable = [(code, c, p) for code, c, p in zip(codes, completions, parents, strict=True) if code is not None]
+        results = await self.verifier(task, [code for code, _, _ in runnable]) if runnable else []
+        records, new_cands = [], []
+        for (code, comp, parent), result in zip(runnable, results, strict=True):
+            cand = Candidate.from_result(
+                result, code, kind=kind, parent=parent.code_hash if parent else None,
+                model_version=comp.model_version or self.model_version, iteration=self.iteration,
+                extra={"seq": outcome.sampled + outcome.refined},  # order tried: the curves' x-axis
+            )
+            outcome.executions += not result.cached
+            outcome.cache_hits += result.cached
+            records.append(cand.to_record())
+            new_cands.append(cand)
+        new_flags = self.archive.add_many(records, counters)  # records and budget counters, atomically
+        outcome.candidates.extend(c for c, new in zip(new_cands, new_flags, strict=True) if new)
+
+    def _solved_train(self, outcome: TaskOutcome) -> int:
+        return sum(bool(c.train_correct) and all(c.train_correct) for c in outcome.candidates)
+
+    async def _sample(self, task: ArcTask, prompt: str, n: int, salt: int) -> list[Completion]:
+        started = time.perf_counter()
+        rows = await self.sampler([prompt], self._params(n, salt))
+        self.sampler_wait_s += time.perf_counter() - started
+        return rows[0]
+
+    async def search_task(self, task: ArcTask) -> TaskOutcome:
+        cfg = self.cfg
+        visible = task.without_answers()  # prompts never see test outputs
+        prior = [Candidate.from_record(r) for r in self.archive.get_task(task.id)]
+        mine = sorted((c for c in prior if c.iteration == self.iteration), key=lambda c: c.extra.get("seq", 0))
+        sampled, refined, no_code = self.archive.counters(
+            [self._key(task.id, "sampled"), self._key(task.id, "refined"), self._key(task.id, "no_code")])
+        outcome = TaskOutcome(task.id, mine, sampled, refined, no_code, 0, 0, [], 0)
+        self.on_progress(task.id, sampled + refined)
+
+        prompt = sampling_prompt(visible, cfg.prompt_style, self._one_shot(task))
+        while outcome.sampled < cfg.samples_per_task and self._solved_train(outcome) < cfg.stop_after_correct:
+            n = min(cfg.batch, cfg.samples_per_task - outcome.sampled)
+            completions = await self._sample(task, prompt, n, salt=outcome.sampled)
+            await self._evaluate(task, completions, "sample", [None] * n,
+                                 {self._key(task.id, "sampled"): n}, outcome)
+            outcome.sampled += n
+            self.on_progress(task.id, n)
+
+        n_refined = dict(zip(
+            (c.code_hash for c in outcome.candidates),
+            self.archive.counters([f"nref:{task.id}:{c.code_hash}" for c in outcome.candidates]), strict=True))
+        rng = _rng(cfg.seed, task.id, self.iteration, f"rex{outcome.refined}")
+        while outcome.refined < cfg.refinements_per_task and self._solved_train(outcome) < cfg.stop_after_correct:
+            pool = balanced_pool(outcome.candidates, cfg.pool_size, rng,
+                                 keep=lambda c: keep_for_refinement(c, task, self.filters), cfg=self.rex)
+            if not pool:
+                break  # nothing worth refining: the budget is better left unspent than wasted
+            n = min(cfg.batch, cfg.refinements_per_task - outcome.refined)
+            parents = choose_parents(pool, n_refined, n, rng, self.rex)
+            prompts = [refinement_prompt(visible, p, cfg.prompt_style) for p in parents]
+            started = time.perf_counter()
+            rows = await self.sampler(prompts, self._params(1, salt=10**9 + outcome.refined))
+            self.sampler_wait_s += time.perf_counter() - started
+            counters = {self._key(task.id, "refined"): n}
+            for p in parents:
+                n_refined[p.code_hash] = n_refined.get(p.code_hash, 0) + 1
+                counters[f"nref:{task.id}:{p.code_hash}"] = counters.get(f"nref:{task.id}:{p.code_hash}", 0) + 1
+            await self._evaluate(task, [r[0] for r in rows], "refine", parents, counters, outcome)
+            outcome.refined += n
+            self.on_progress(task.id, n)
+
+        result = vote([c for c in outcome.candidates if keep_for_voting(c, task, self.filters)], task, self.vote_cfg)
+        outcome.attempts, outcome.vote_groups = result.attempts, len(result.groups)
+        return outcome
+
+    async def run(self, tasks: dict[str, ArcTask]) -> dict[str, TaskOutcome]:
+        gate = asyncio.Semaphore(self.cfg.tasks_in_flight)
+
+        async def one(task: ArcTask) -> TaskOutcome:
+            async with gate:
+                return await self.search_task(task)
+
+        outcomes = await asyncio.gather(*(one(t) for t in tasks.values()))
+        return {o.task_id: o for o in outcomes}

@@ -1,0 +1,97 @@
+"""SOAR prompts and the seed corpus: formats, no answer leaks, hindsight rows that are right."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from evolution.gridtext import grid_text
+from evolution.programs import random_program, run
+from evolution.prompts import REFINE_CUE, SAMPLE_CUE, refinement_prompt, sampling_prompt, train_pairs_shown
+from evolution.records import Candidate
+from evolution.seed_corpus import parent_candidate, relabel, seed_corpus
+from evolution.tasks import load_split
+
+TASK = "3c9b0459"  # rotate 180
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_split("arc1-train")[TASK]
+
+
+@pytest.mark.parametrize("style", ["compact", "numpy"])
+def test_sampling_prompt_shows_train_pairs_and_test_inputs_never_test_outputs(task, style):
+    prompt = sampling_prompt(task.without_answers(), style)
+    grid_style = "digits" if style == "compact" else "numpy"
+    for ex in task.train:
+        assert grid_text(ex.input, grid_style) in prompt and grid_text(ex.output, grid_style) in prompt
+    assert grid_text(task.test[0].input, grid_style) in prompt
+    assert grid_text(task.test[0].output, grid_style) not in prompt
+    if style == "compact":
+        assert prompt.endswith(SAMPLE_CUE) and train_pairs_shown(prompt) == len(task.train)
+    else:
+        assert "transform(grid)" in prompt and "shape 3x3" in prompt
+
+
+def test_compact_sampling_prompt_never_shows_test_outputs_even_with_answers(task):
+    assert grid_text(task.test[0].output, "digits") not in sampling_prompt(task, "compact")
+
+
+def test_one_shot_example_must_come_from_another_task(task):
+    with pytest.raises(ValueError, match="another task"):
+        sampling_prompt(task, "numpy", example=(task, "def transform(grid): return grid"))
+    other = load_split("arc1-train")["68b16354"]
+    prompt = sampling_prompt(task, "numpy", example=(other, "def transform(grid):\n    return grid[::-1]"))
+    assert "return grid[::-1]" in prompt
+
+
+@pytest.mark.parametrize("style", ["compact", "numpy"])
+def test_refinement_prompt_shows_code_verdicts_and_wrong_outputs(task, style):
+    wrong = tuple(ex.input for ex in task.train)  # an identity program's outputs
+    parent = Candidate(task.id, "def transform(grid):\n    return grid\n", "h", train_correct=(False,) * len(task.train),
+                       train_outputs=wrong, test_outputs=(task.test[0].input,))
+    prompt = refinement_prompt(task.without_answers(), parent, style)
+    assert "return grid" in prompt and f"0 of {len(task.train)} train pairs" in prompt
+    assert grid_text(wrong[0], "digits" if style == "compact" else "numpy") in prompt
+    if style == "compact":
+        assert prompt.endswith(REFINE_CUE)
+
+
+def test_hindsight_relabel_defines_a_task_its_program_solves(task):
+    rng = random.Random(3)
+    inputs = [ex.input for ex in task.train + task.test]
+    made = 0
+    for _ in range(50):
+        program = random_program(rng, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [0, 1, 2, 3], 2)
+        new = relabel(inputs, program, rng, "h")
+        if new is None:
+            continue
+        made += 1
+        assert all(run(program, ex.input) == ex.output for ex in new.train + new.test)
+        assert sorted(ex.input for ex in new.train + new.test) == sorted(inputs)
+    assert made > 10
+
+
+def test_parent_candidate_is_none_for_a_correct_program(task):
+    rng = random.Random(0)
+    inputs = [ex.input for ex in task.train + task.test]
+    program = random_program(rng, [1, 2], [1, 2], 1)
+    new = relabel(inputs, program, rng, "h") or relabel(inputs, (program[0],), rng, "h")
+    if new is not None:
+        assert parent_candidate(new, program) is None
+
+
+def test_seed_corpus_rows_and_exclusions():
+    all_small = load_split("arc1-train")
+    keep = "3c9b0459"
+    exclude = [tid for tid in all_small if tid != keep]
+    rows = seed_corpus(n=40, seed=1, exclude_tasks=exclude, refine_frac=0.3)
+    assert len(rows) == 40
+    inputs = {grid_text(ex.input, "digits") for ex in all_small[keep].train + all_small[keep].test}
+    for row in rows:
+        assert row["completion"].startswith("from evolution.dsl import *\ndef transform(grid):")
+        assert any(g in row["prompt"] for g in inputs), "rows come only from the task not excluded"
+    assert any(r["prompt"].endswith(REFINE_CUE) for r in rows) and any(r["prompt"].endswith(SAMPLE_CUE) for r in rows)
+    assert seed_corpus(n=10, seed=1, exclude_tasks=exclude) == seed_corpus(n=10, seed=1, exclude_tasks=exclude)
