@@ -162,19 +162,15 @@ class Router:
     def _wake(self) -> None:
         while self._waiters:
             waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.get_loop().call_soon_threadsafe(_set_if_pending, waiter)
+            # Set at once (not call_soon): a waiter cancelled later still sees it was woken.
+            if not waiter.done() and not waiter.get_loop().is_closed():
+                waiter.set_result(None)
                 return
 
     def replace(self, slot: Slot, handle: Any) -> None:
         slot.handle = handle
         slot.generation += 1
         slot.restarts += 1
-
-
-def _set_if_pending(fut: asyncio.Future) -> None:
-    if not fut.done():
-        fut.set_result(None)
 
 
 class SamplerPool:

@@ -7,6 +7,7 @@ rarely stops early: long generations for tests that must catch a request mid-fli
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,8 @@ def build_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
     from training.seed import SeedConfig, build_seed_model, init_model
 
-    cache = tmp_path_factory.getbasetemp() / "sampler-models"
+    # $RATCHET_TEST_MODELS keeps the content-hash cache between sessions (the build takes 20-100 s).
+    cache = Path(os.environ.get("RATCHET_TEST_MODELS") or tmp_path_factory.getbasetemp() / "sampler-models")
     cfg = SeedConfig(preset="tiny", max_steps=150, corpus_kwargs={"last_only": True}, cache_dir=str(cache))
     trained = build_seed_model(cfg, progress=False).path
     untrained = cache / "untrained"

@@ -1,0 +1,161 @@
+"""SamplerPool: routing and backpressure (plain classes), then the pool on a real local Ray:
+ordering, streaming, stats, registry loads, and an actor killed mid-request."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import ray
+from _models import GREEDY, build_models, expected
+
+from search.pool import PoolConfig, Router, SamplerPool, SamplerWorker
+from search.types import SamplingParams
+
+PROMPTS = [f"map {i % 10} {(3 * i) % 10} =>" for i in range(12)]
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    return build_models(tmp_path_factory)
+
+
+# --- plain classes -------------------------------------------------------------------
+
+def test_pool_config_validates_fields():
+    with pytest.raises(ValueError, match="engine 'nope' is unknown"):
+        PoolConfig(engine="nope")
+    with pytest.raises(ValueError, match="PoolConfig.max_inflight_per_actor=0"):
+        PoolConfig(max_inflight_per_actor=0)
+    with pytest.raises(ValueError, match="engine_kwargs must not hold 'checkpoint'"):
+        PoolConfig(engine_kwargs={"checkpoint": "/x"})
+
+
+def test_router_picks_the_least_loaded_slot_and_bounds_inflight():
+    async def scenario():
+        router = Router(limit=2)
+        a, b = router.add("a"), router.add("b")
+        got = [await router.acquire() for _ in range(4)]
+        assert [s.handle for s in got] == ["a", "b", "a", "b"]
+        waiter = asyncio.ensure_future(router.acquire())
+        await asyncio.sleep(0)  # let it run up to its wait
+        assert not waiter.done() and (a.inflight, b.inflight) == (2, 2)
+        router.release(b)
+        assert (await waiter) is b and b.inflight == 2
+        router.replace(a, "a2")
+        assert (a.handle, a.generation, a.restarts) == ("a2", 1, 1)
+
+    asyncio.run(scenario())
+
+
+def test_router_cancelled_waiter_passes_its_wake_up_on():
+    async def scenario():
+        router = Router(limit=1)
+        slot = router.add("a")
+        await router.acquire()
+        first, second = asyncio.ensure_future(router.acquire()), asyncio.ensure_future(router.acquire())
+        await asyncio.sleep(0)
+        router.release(slot)
+        first.cancel()
+        assert (await second) is slot
+
+    asyncio.run(scenario())
+
+
+def test_worker_counts_requests_and_tokens(models):
+    worker = SamplerWorker("transformers", {"num_threads": 1}, models["trained"], "v0")
+    rows = worker.generate(PROMPTS[:3], SamplingParams(n=2, temperature=0, max_tokens=8))
+    stats = worker.stats()
+    assert stats["requests"] == 1 and stats["version"] == "v0" and stats["running"] == 0
+    assert stats["tokens_generated"] == sum(c.completion_tokens for r in rows for c in r) == 18
+    assert worker.load(models["untrained"], "v1") == "v1"
+
+
+# --- on Ray ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def pool(ray_local, models):
+    pool = SamplerPool(
+        PoolConfig(num_actors=2, num_cpus_per_actor=0.5, max_inflight_per_actor=2, prompts_per_request=3,
+                   engine_kwargs={"num_threads": 1}),
+        checkpoint=models["trained"], version="v0",
+    )
+    asyncio.run(pool.ready())
+    yield pool
+    pool.shutdown()
+
+
+def test_pool_returns_every_prompt_in_order_tagged_with_the_version(pool, models):
+    asyncio.run(pool.load_checkpoint(models["trained"], "v0"))
+    rows = pool.generate_sync(PROMPTS, SamplingParams(n=2, temperature=0, max_tokens=8))
+    assert [[c.text for c in row] for row in rows] == [[expected(p)] * 2 for p in PROMPTS]
+    assert {c.model_version for row in rows for c in row} == {"v0"}
+
+
+def test_pool_streams_results_as_they_complete_and_spreads_load(pool, models):
+    async def scenario():
+        await pool.load_checkpoint(models["trained"], "v0")
+        before = {s.index: s.requests for s in await pool.stats()}
+        seen = {}
+        async for i, row in pool.stream(PROMPTS, GREEDY, prompts_per_request=2):
+            seen[i] = row[0].text
+        after = await pool.stats()
+        return seen, before, after
+
+    seen, before, after = asyncio.run(scenario())
+    assert seen == {i: expected(p) for i, p in enumerate(PROMPTS)}
+    served = [s.requests - before[s.index] for s in after]
+    assert sum(served) == 6 and all(n > 0 for n in served)  # 6 requests, both actors used
+    assert all(s.queue_depth == 0 and s.running == 0 and s.busy_s > 0 and s.tokens_generated > 0 for s in after)
+
+
+def test_pool_load_switches_every_actor_to_a_registry_version(pool, models, store, experiment_name):
+    registry = store.models(experiment_name)
+    registry.publish(models["untrained"])
+    v1 = registry.publish(models["trained"], parent="v0")
+    pool.config.experiment = experiment_name
+    try:
+        mv = asyncio.run(pool.load())  # the current version
+        assert mv.version == v1.version == "v1"
+        rows = pool.generate_sync(PROMPTS, GREEDY)
+        assert {row[0].model_version for row in rows} == {"v1"}
+        assert {s.version for s in asyncio.run(pool.stats())} == {"v1"}
+        with pytest.raises(KeyError, match="v9"):
+            asyncio.run(pool.load("v9"))
+    finally:
+        pool.config.experiment = None
+
+
+def test_pool_rejects_a_too_long_prompt_and_keeps_serving(pool, models):
+    from search.types import ContextLengthError
+
+    asyncio.run(pool.load_checkpoint(models["trained"], "v0"))
+    with pytest.raises(ContextLengthError, match="maximum context length"):
+        pool.generate_sync(["map " * 1000], GREEDY)
+    assert pool.generate_sync(["map 2 =>"], GREEDY)[0][0].text == expected("map 2 =>")
+
+
+def test_actor_killed_mid_request_is_restarted_and_nothing_is_lost(pool, models):
+    """Regression guard for the issue's promise: callers lose nothing when an actor dies."""
+    params = SamplingParams(n=4, temperature=1.0, max_tokens=400, seed=0)
+
+    async def scenario():
+        await pool.load_checkpoint(models["untrained"], "v-random")  # rarely stops early: long requests
+        restarts = {s.index: s.restarts for s in await pool.stats()}
+        task = asyncio.ensure_future(pool.generate(PROMPTS, params))
+        # Wait (on a condition, not a clock) until an actor is executing a request.
+        while not (busy := [s for s in await pool.stats() if s.running]):
+            assert not task.done(), "the requests finished before one could be caught running"
+            await asyncio.sleep(0.01)
+        victim = busy[0].index
+        ray.kill(pool.router.slots[victim].handle)
+        rows = await task
+        return rows, victim, restarts, await pool.stats()
+
+    rows, victim, before, after = asyncio.run(scenario())
+    assert len(rows) == len(PROMPTS) and all(len(row) == 4 for row in rows)
+    assert {c.model_version for row in rows for c in row} == {"v-random"}
+    assert after[victim].restarts == before[victim] + 1
+    assert after[victim].version == "v-random"  # the replacement loaded the pool's current checkpoint
+    # The replacement serves new work.
+    assert len(pool.generate_sync(PROMPTS, GREEDY)) == len(PROMPTS)
