@@ -162,3 +162,15 @@ def write_jsonl(rows: list[dict[str, Any]], path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
+
+
+def arith_triples(n: int, seed: int = 0, min_steps: int = 2, max_steps: int = 3) -> list[dict[str, str]]:
+    """(question, correct, wrong) triples for the verification benchmark: gold vs corrupted."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        p = _problem(rng, rng.randint(min_steps, max_steps))
+        steps, ans, _ = corrupt(rng, p["start"], p["ops"])
+        rows.append({"question": p["question"], "correct": format_solution(_steps(p["start"], p["ops"]), p["answer"]),
+                     "wrong": format_solution(steps, ans)})
+    return rows

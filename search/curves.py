@@ -198,7 +198,10 @@ def plot_curves(curves: Curves, out_dir: str | Path) -> list[Path]:
         title = "all questions" if subset == "all" else f"ambiguous questions ({curves.ambiguous})"
         ax.set_title(f"accuracy vs k, {title}")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.lines:
+            ax.legend(fontsize=8)
+        else:  # e.g. no question has a correct candidate: say so instead of an empty legend
+            ax.text(0.5, 0.5, "no questions in this subset", ha="center", transform=ax.transAxes)
         fig.tight_layout()
         written.append(out_dir / name)
         fig.savefig(written[-1], dpi=120)

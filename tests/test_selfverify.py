@@ -7,7 +7,13 @@ import random
 import pytest
 
 from search.arith_problems import check_text, corrupt, make_problems, seed_corpus
-from verifiers.math_answers import extract_answer, group_answers, is_equivalent, load_jsonl_dataset, normalize_answer
+from verifiers.math_answers import (
+    extract_answer,
+    group_answers,
+    is_equivalent,
+    load_jsonl_dataset,
+    normalize_answer,
+)
 from verifiers.selfverify import (
     Verdict,
     compare_prompt,

@@ -64,6 +64,7 @@ class Draws:
     rng: np.random.Generator = field(init=False)
     _cache: dict = field(init=False, default_factory=dict)
     _compare: np.ndarray | None = field(init=False, default=None)
+    _takes: dict = field(init=False, default_factory=dict)
 
     def __post_init__(self):
         if self.seeds < 1:
@@ -73,8 +74,18 @@ class Draws:
         self.order = np.argsort(self.rng.random((self.seeds, q, n)), axis=-1).astype(np.int32)
 
     def take(self, array: np.ndarray, k: int) -> np.ndarray:
-        """array [Q, N] gathered on the first k of each permutation -> [S, Q, k]."""
-        return np.take_along_axis(np.broadcast_to(array, (self.seeds, *array.shape)), self.order[..., :k], axis=-1)
+        """array [Q, N] (or [S, Q, N]) gathered on the first k of each permutation -> [S, Q, k]."""
+        q = np.arange(array.shape[-2])[None, :, None]
+        if array.ndim == 3:
+            return array[np.arange(self.seeds)[:, None, None], q, self.order[..., :k]]
+        return array[q, self.order[..., :k]]
+
+    def take_answers(self, k: int) -> np.ndarray:
+        """The pool's answer classes on the k-subsamples, kept per k (every grid row reuses them)."""
+        key = ("answers", k)
+        if key not in self._takes:
+            self._takes[key] = self.take(self.pool.answer_ids, k)
+        return self._takes[key]
 
     def cached(self, key: tuple, build):
         """One cached value at a time (the last k_verif's scores): the grid loops k inside k_verif."""
@@ -102,10 +113,12 @@ def check_k(pool: ScoredPool, k: int, k_verif: int | None) -> None:
 def hypergeometric(rng: np.random.Generator, good: np.ndarray, bad: np.ndarray, take: np.ndarray) -> np.ndarray:
     """How many `good` items a uniform draw of `take` from good+bad holds (elementwise)."""
     take = np.broadcast_to(take, np.broadcast_shapes(good.shape, bad.shape, np.shape(take)))
-    out = np.zeros(take.shape, np.int64)
-    live = take > 0  # numpy's sampler wants nsample >= 1 on some versions; 0 drawn is 0 good
+    g, b = np.broadcast_to(good, take.shape), np.broadcast_to(bad, take.shape)
+    # Only mixed populations are random: no bad items means all drawn are good, no good
+    # means none, drawing everything takes every good one (and numpy wants nsample >= 1).
+    out = np.where(b == 0, take, np.where(take >= g + b, g, 0)).astype(np.int64)
+    live = (take > 0) & (g > 0) & (b > 0) & (take < g + b)
     if live.any():
-        g, b = np.broadcast_to(good, take.shape), np.broadcast_to(bad, take.shape)
         out[live] = rng.hypergeometric(g[live], b[live], take[live])
     return out
 

@@ -17,7 +17,7 @@ from search.strategies.base import (
 
 def consistency(pool: ScoredPool, draws: Draws, *, k: int, k_verif: int | None, options: StrategyOptions) -> StrategyResult:
     check_k(pool, k, None)
-    classes = draws.take(pool.answer_ids, k)
+    classes = draws.take_answers(k)
     chosen, cast = vote(classes, np.ones(classes.shape), pool.answer_correct.shape[1], draws.rng)
     acc = class_correct(pool, chosen, cast).mean(0)
     return StrategyResult("consistency", k, None, acc, exact=False)

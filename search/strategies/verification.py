@@ -98,14 +98,14 @@ def verification(pool: ScoredPool, draws: Draws, *, k: int, k_verif: int | None,
     check_k(pool, k, k_verif)
     means, passed = draws.cached(("verification", k_verif, options.preliminary),
                                  lambda: verdict_means(pool, draws, k_verif, options))
-    m = np.take_along_axis(means, draws.order[..., :k], -1)
-    classes = draws.take(pool.answer_ids, k)
-    eligible = np.take_along_axis(passed, draws.order[..., :k], -1)
+    m = draws.take(means, k)
+    classes = draws.take_answers(k)
     if options.preliminary:
-        eligible = cap_per_class(classes, eligible, options.max_per_answer)
+        eligible = cap_per_class(classes, draws.take(passed, k), options.max_per_answer)
         eligible |= ~eligible.any(-1, keepdims=True)  # nobody survived: fall back to everyone
-    best = np.where(eligible, m, -np.inf).max(-1, keepdims=True)
-    top = eligible & (m >= best - options.top_margin - EPS)
+        m = np.where(eligible, m, -np.inf)
+    best = m.max(-1, keepdims=True)
+    top = m >= best - options.top_margin - EPS
     chosen = select_classes(classes, top, draws.cached_compare(pool, comparison_matrix), draws.rng)
     qi = np.arange(pool.shape[0])[None, :]
     padded = np.concatenate([np.zeros((pool.shape[0], 1), bool), pool.answer_correct], 1)

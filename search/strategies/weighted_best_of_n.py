@@ -18,7 +18,7 @@ from search.strategies.base import (
 def weighted_best_of_n(pool: ScoredPool, draws: Draws, *, k: int, k_verif: int | None,
                        options: StrategyOptions) -> StrategyResult:
     check_k(pool, k, None)
-    classes = draws.take(pool.answer_ids, k)
+    classes = draws.take_answers(k)
     weights = np.maximum(draws.take(pool.score, k), 0.0)  # an unscored candidate (-1) adds nothing
     chosen, cast = vote(classes, weights, pool.answer_correct.shape[1], draws.rng)
     acc = class_correct(pool, chosen, cast).mean(0)

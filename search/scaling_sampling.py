@@ -1,0 +1,184 @@
+"""The sampling half of a scaling experiment: candidates, verdicts, comparisons, in Redis.
+
+Three phases, each per question and each skipped for questions already stored, so a job
+killed at any point resumes where it stopped (the unit of work is a batch of questions;
+a batch cut short is redone, nothing stored twice):
+
+1. candidates: k_inf responses per question, final answers grouped by equivalence;
+2. verdicts: k_verif self-verification verdicts per candidate;
+3. comparisons: k_tie pairwise comparisons per question, round-robin over pairs of the
+   `compare_classes` answer classes whose best candidate verifies best (representatives
+   cycle through each class's best-verified candidates, orders alternate).
+
+Keys: ratchet:x:<experiment>:scaling:{candidates,verdicts,comparisons} are hashes whose
+fields are question ids and whose values are JSON.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from search.types import Completion, Prompt, SamplingParams
+from store.keys import exp
+from verifiers.math_answers import extract_answer, group_answers, is_equivalent
+from verifiers.selfverify import (
+    Style,
+    answer_prompt,
+    compare_prompt,
+    parse_comparison,
+    parse_verification,
+    verdict_code,
+    verify_prompt,
+)
+
+Generate = Callable[[Sequence[Prompt], SamplingParams], Awaitable[list[list[Completion]]]]
+PHASES = ("candidates", "verdicts", "comparisons")
+
+
+@dataclass
+class SamplingPlan:
+    k_inf: int  # candidates per question
+    k_verif: int  # verdicts per candidate
+    k_tie: int  # pairwise comparisons per question
+    compare_classes: int  # answer classes that take part in the comparisons
+    temperature: float  # candidates
+    verify_temperature: float  # verdicts and comparisons
+    max_tokens: int  # per candidate
+    verify_max_tokens: int  # per verdict or comparison
+    style: Style  # verifiers.selfverify prompt style
+    batch_questions: int  # questions per stored batch (the resumable unit)
+    seed: int | None = None  # sampling seed
+
+
+class ScalingSampler:
+    def __init__(self, client: Any, experiment: str, generate: Generate, plan: SamplingPlan,
+                 progress: Callable[[str, int, int], None] | None = None):
+        self.client, self.experiment, self.generate, self.plan = client, experiment, generate, plan
+        self.progress = progress or (lambda phase, done, total: None)
+
+    def key(self, phase: str) -> str:
+        return exp(self.experiment, "scaling", phase)
+
+    def stored(self, phase: str, ids: list[str]) -> dict[str, Any]:
+        if not ids:
+            return {}
+        raw = self.client.hmget(self.key(phase), ids)
+        return {i: json.loads(r) for i, r in zip(ids, raw, strict=True) if r is not None}
+
+    def _save(self, phase: str, values: dict[str, Any]) -> None:
+        if values:
+            self.client.hset(self.key(phase), mapping={k: json.dumps(v) for k, v in values.items()})
+
+    def check_plan(self) -> None:
+        """Stored samples must come from the same plan: a changed k or prompt would mix pools."""
+        fixed = {k: v for k, v in asdict(self.plan).items() if k not in ("batch_questions",)}
+        key = self.key("plan")
+        if self.client.set(key, json.dumps(fixed, sort_keys=True), nx=True):
+            return
+        old = json.loads(self.client.get(key))
+        diff = sorted(k for k in fixed if old.get(k) != fixed[k])
+        if diff:
+            raise ValueError(f"experiment {self.experiment!r} was sampled with different {diff} "
+                             f"(stored: { {k: old.get(k) for k in diff} }); use a new experiment name "
+                             "or the stored values")
+
+    async def run(self, questions: list[dict[str, str]]) -> list[dict[str, Any]]:
+        """Sample whatever is missing; return the complete per-question records."""
+        self.check_plan()
+        await self._phase("candidates", questions, self._candidates)
+        await self._phase("verdicts", questions, self._verdicts)
+        await self._phase("comparisons", questions, self._comparisons)
+        return self.records(questions)
+
+    async def _phase(self, phase: str, questions: list[dict[str, str]], work) -> None:
+        todo = [q for q in questions if q["id"] not in self.stored(phase, [q["id"]])]
+        done = len(questions) - len(todo)
+        self.progress(phase, done, len(questions))
+        for start in range(0, len(todo), self.plan.batch_questions):
+            batch = todo[start : start + self.plan.batch_questions]
+            self._save(phase, await work(batch))
+            done += len(batch)
+            self.progress(phase, done, len(questions))
+
+    def _params(self, n: int, temperature: float, max_tokens: int) -> SamplingParams:
+        return SamplingParams(n=n, temperature=temperature, max_tokens=max_tokens, seed=self.plan.seed)
+
+    async def _candidates(self, batch: list[dict[str, str]]) -> dict[str, Any]:
+        p = self.plan
+        rows = await self.generate([answer_prompt(q["question"], p.style) for q in batch],
+                                   self._params(p.k_inf, p.temperature, p.max_tokens))
+        out = {}
+        for q, row in zip(batch, rows, strict=True):
+            texts = [c.text for c in row]
+            answers = [extract_answer(t) for t in texts]
+            classes = group_answers(answers)
+            reps = {c: a for a, c in zip(answers, classes, strict=True) if c >= 0}
+            class_ok = [is_equivalent(reps[c], q["answer"]) for c in range(len(reps))]
+            out[q["id"]] = {"texts": texts, "answers": answers, "answer_ids": classes, "answer_correct": class_ok}
+        return out
+
+    async def _verdicts(self, batch: list[dict[str, str]]) -> dict[str, Any]:
+        p = self.plan
+        cands = self.stored("candidates", [q["id"] for q in batch])
+        prompts = [verify_prompt(q["question"], t, p.style) for q in batch for t in cands[q["id"]]["texts"]]
+        rows = iter(await self.generate(prompts, self._params(p.k_verif, p.verify_temperature, p.verify_max_tokens)))
+        return {q["id"]: [[verdict_code(parse_verification(c.text)) for c in next(rows)]
+                          for _ in cands[q["id"]]["texts"]] for q in batch}
+
+    def comparison_pairs(self, cand: dict[str, Any], verdicts: list[list[int]]) -> list[tuple[int, int]]:
+        """k_tie ordered candidate pairs across the best-verified answer classes."""
+        scores = [sum(v for v in vs if v >= 0) / max(1, sum(v >= 0 for v in vs)) for vs in verdicts]
+        members: dict[int, list[int]] = {}
+        for i in sorted(range(len(scores)), key=lambda i: -scores[i]):
+            if cand["answer_ids"][i] >= 0:
+                members.setdefault(cand["answer_ids"][i], []).append(i)
+        classes = sorted(members, key=lambda c: -scores[members[c][0]])[: self.plan.compare_classes]
+        class_pairs = list(itertools.combinations(classes, 2))
+        pairs = []
+        for r in range(self.plan.k_tie if class_pairs else 0):
+            a, b = class_pairs[r % len(class_pairs)]
+            rnd = r // len(class_pairs)
+            i, j = members[a][rnd % len(members[a])], members[b][rnd % len(members[b])]
+            pairs.append((i, j) if rnd % 2 == 0 else (j, i))
+        return pairs
+
+    async def _comparisons(self, batch: list[dict[str, str]]) -> dict[str, Any]:
+        p = self.plan
+        ids = [q["id"] for q in batch]
+        cands, verdicts = self.stored("candidates", ids), self.stored("verdicts", ids)
+        jobs = [(q, i, j) for q in batch for i, j in self.comparison_pairs(cands[q["id"]], verdicts[q["id"]])]
+        out: dict[str, Any] = {q: [] for q in ids}
+        if jobs:
+            texts = lambda q, i: cands[q["id"]]["texts"][i]  # noqa: E731
+            prompts = [compare_prompt(q["question"], texts(q, i), texts(q, j), p.style) for q, i, j in jobs]
+            rows = await self.generate(prompts, self._params(1, p.verify_temperature, p.verify_max_tokens))
+            for (q, i, j), (c,) in zip(jobs, rows, strict=True):
+                ids_ = cands[q["id"]]["answer_ids"]
+                out[q["id"]].append([i, j, ids_[i], ids_[j], verdict_code(parse_comparison(c.text))])
+        return out
+
+    def records(self, questions: list[dict[str, str]]) -> list[dict[str, Any]]:
+        """Per-question records in ScoredPool.from_records' shape (comparisons by answer class)."""
+        ids = [q["id"] for q in questions]
+        cands, verdicts, comps = (self.stored(ph, ids) for ph in PHASES)
+        missing = [i for i in ids if not (i in cands and i in verdicts and i in comps)]
+        if missing:
+            raise RuntimeError(f"{len(missing)} questions are not fully sampled (e.g. {missing[0]}); run the job again")
+        out = []
+        for qid in ids:
+            c = cands[qid]
+            ok = c["answer_correct"]
+            out.append({
+                "id": qid, "answer_correct": ok,
+                "candidates": [{"answer_id": a, "correct": a >= 0 and ok[a], "verdicts": v}
+                               for a, v in zip(c["answer_ids"], verdicts[qid], strict=True)],
+                "comparisons": [[a, b, w] for _, _, a, b, w in comps[qid]],
+            })
+        return out
+
+    def texts(self, qid: str) -> dict[str, Any]:
+        return self.stored("candidates", [qid])[qid]

@@ -1,0 +1,143 @@
+"""Live search-and-select, the resumable sampling phases on a real Redis, and the scaling job
+end to end on a real (tiny, untrained) model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from ray_jobs.scaling import ScalingConfig, run
+from search.arith_problems import make_problems, seed_corpus
+from search.scaling_pool import ScoredPool
+from search.scaling_sampling import SamplingPlan, ScalingSampler
+from search.service_search import SearchOptions, search_and_select
+from search.types import Completion, SamplingParams
+from verifiers.math_answers import extract_answer
+
+
+class ArithOracle:
+    """A rule-following sampler for the compact prompts: scripted candidates, and a verifier
+    that recomputes the question's answer. It exercises the selection logic where a tiny
+    model's noise would hide it; `calls` counts generated completions."""
+
+    def __init__(self, candidates: list[str], verdict_for_all: int | None = None):
+        self.candidates, self.verdict_for_all, self.calls = candidates, verdict_for_all, 0
+
+    @staticmethod
+    def truth(prompt: str) -> str:
+        nums = [int(x) for x in re.findall(r"-?\d+", prompt.split("\n")[0])]
+        words = prompt.split("\n")[0]
+        value = nums[0]
+        for clause, n in zip(re.split(r", ", words)[1:], nums[1:], strict=False):
+            value += -n if re.match(r"(loses|sells|gives away|eats)", clause) else n
+        return str(value)
+
+    def complete(self, prompt: str, i: int) -> str:
+        gold = self.truth(prompt)
+        if prompt.endswith("A:"):
+            return self.candidates[i % len(self.candidates)]
+        if prompt.endswith("Check:"):
+            if self.verdict_for_all is not None:
+                return f"Verdict: {self.verdict_for_all}"
+            return f"Verdict: {int(extract_answer(prompt.split('A: ')[1]) == gold)}"
+        first = prompt.split("\nA1: ")[1].split("\nA2: ")[0]
+        return f"Verdict: {1 if extract_answer(first) == gold else 2}"
+
+    async def generate(self, prompts, params: SamplingParams) -> list[list[Completion]]:
+        self.calls += len(prompts) * params.n
+        return [[Completion(self.complete(p, i), "stop", 1, 1) for i in range(params.n)] for p in prompts]
+
+
+QUESTION = "Ann has 7 pens, gets 5, loses 3. How many?"
+RIGHT, WRONG = " 7+5=12. 12-3=9. Answer: 9", " 7+5=12. 12-3=8. Answer: 8"
+
+
+def test_search_selects_the_verified_answer_over_the_majority():
+    oracle = ArithOracle([WRONG, WRONG, RIGHT, WRONG])
+    res = asyncio.run(search_and_select(oracle.generate, f"Q: {QUESTION}\nA:", question=QUESTION,
+                                        options=SearchOptions(k=4, verify=3, style="compact"),
+                                        params=SamplingParams(max_tokens=32)))
+    assert res.answer == "9" and res.method == "unanimous_top"
+    assert [c.score for c in res.candidates] == [0.0, 0.0, 1.0, 0.0]
+    majority = asyncio.run(search_and_select(oracle.generate, f"Q: {QUESTION}\nA:", question=QUESTION,
+                                             options=SearchOptions(k=4, verify=0, style="compact"),
+                                             params=SamplingParams(max_tokens=32)))
+    assert majority.answer == "8" and majority.method == "majority"
+
+
+def test_search_breaks_a_disagreeing_top_group_with_comparisons():
+    oracle = ArithOracle([WRONG, RIGHT, WRONG], verdict_for_all=1)  # the verifier passes everyone
+    res = asyncio.run(search_and_select(oracle.generate, f"Q: {QUESTION}\nA:", question=QUESTION,
+                                        options=SearchOptions(k=3, verify=2, k_tie=4, style="compact"),
+                                        params=SamplingParams(max_tokens=32)))
+    assert res.method == "tie_break" and res.answer == "9"
+    assert len(res.comparisons) == 4
+    assert {(i, j) for i, j, _ in res.comparisons} >= {(0, 1), (1, 0)}  # both orders are asked
+
+
+def test_search_options_reject_unknown_fields():
+    with pytest.raises(ValueError, match="unknown search field"):
+        SearchOptions.from_request({"k": 4, "verfy": 2})
+    assert SearchOptions.from_request({"k": 4, "verify": 2, "return_candidates": True}).k == 4
+
+
+def plan(**kw) -> SamplingPlan:
+    base = dict(k_inf=4, k_verif=3, k_tie=4, compare_classes=3, temperature=1.0, verify_temperature=1.0,
+                max_tokens=32, verify_max_tokens=32, style="compact", batch_questions=2)
+    return SamplingPlan(**(base | kw))
+
+
+def test_sampler_stores_everything_and_resumes_without_resampling(store, experiment_name):
+    questions = [{"id": f"q{i}", "question": r["question"], "answer": r["answer"]}
+                 for i, r in enumerate(make_problems(3, seed=5))]
+    wrong = [" 1+1=2. Answer: 2", " 1+1=3. Answer: 3"]
+    oracle = ArithOracle(wrong)
+    records = asyncio.run(ScalingSampler(store.client, experiment_name, oracle.generate, plan()).run(questions))
+    first = oracle.calls
+    assert first == 3 * 4 + 3 * 4 * 3 + 3 * 4  # candidates, verdicts, 4 comparisons per question
+    pool = ScoredPool.from_records(records)
+    assert pool.shape == (3, 4, 3) and not pool.correct.any()
+    assert (pool.verdicts == 0).all()  # the oracle rejects every wrong candidate
+    again = ArithOracle(wrong)
+    records2 = asyncio.run(ScalingSampler(store.client, experiment_name, again.generate, plan()).run(questions))
+    assert again.calls == 0 and records2 == records
+    with pytest.raises(ValueError, match=r"different \['k_inf'\]"):
+        asyncio.run(ScalingSampler(store.client, experiment_name, again.generate, plan(k_inf=8)).run(questions))
+
+
+@pytest.fixture(scope="module")
+def untrained_model(tmp_path_factory) -> str:
+    """A random-weight tiny Llama with the arithmetic corpus' tokenizer: real, fast, noisy."""
+    from training.seed import SeedConfig, init_model
+    from training.tokenizer import train_tokenizer
+
+    out = tmp_path_factory.mktemp("untrained-arith")
+    rows = seed_corpus(n=50)
+    init_model(SeedConfig(preset="tiny"), train_tokenizer((r["prompt"] + r["completion"] for r in rows), 259), out)
+    return str(out)
+
+
+def test_scaling_job_end_to_end_on_a_real_model(store, experiment_name, tmp_path, untrained_model):
+    cfg = ScalingConfig(
+        experiment=experiment_name, runs_dir=str(tmp_path), mode="both", questions=4, model=untrained_model,
+        sampler="local", prompt_style="compact", k_inf=4, k_verif=2, k_tie=2, temperature=1.0, max_tokens=6,
+        verify_max_tokens=6, benchmark_triples=3, batch_questions=2,
+    )
+    cfg.curves.seeds, cfg.curves.bootstrap = 3, 50
+    summary = run(cfg)
+    out = Path(tmp_path) / experiment_name
+    for name in ("config.yaml", "pool.npz", "curves.csv", "heatmap.csv", "summary.json", "report.md",
+                 "heatmap.png", "curves.png"):
+        assert (out / name).exists(), name
+    saved = json.loads((out / "summary.json").read_text())
+    assert set(saved["curves"]) == {"pass", "consistency", "best_of_n", "weighted_best_of_n", "verification"}
+    assert [p["k"] for p in saved["curves"]["verification"]] == [1, 2, 4]
+    assert saved["heatmap"]["k_verif_values"] == [1, 2]
+    bench = summary["verification_benchmark"]
+    assert bench["triples"] == 3 and 0 <= bench["unparsable_rate"] <= 1
+    assert ScoredPool.load(out / "pool.npz").shape == (4, 4, 2)
+    assert store.experiments.get(experiment_name).status == "done"
