@@ -11,9 +11,9 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup setup-gpu redis-server demo test test-all bench lint redis-down clean
+.PHONY: setup setup-gpu system-packages demo test test-all bench lint redis-down clean
 
-setup: $(STAMP) redis-server
+setup: $(STAMP) system-packages
 
 # CPU set-up: the local CPU wheel torch==2.13.0 first; pyproject's torch range is then
 # satisfied and pip pulls no CUDA build.
@@ -29,11 +29,16 @@ setup-gpu:
 	$(PIP) install -e '.[gpu,dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
-redis-server:
-	@command -v redis-server >/dev/null || { \
-	  echo "installing redis-server (apt-get)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
-	  service redis-server stop >/dev/null 2>&1 || true; }  # the distro service would sit on 6379, Ray's port
+# redis-server for the local store; libseccomp2 for the ARC sandbox's system-call filter.
+system-packages:
+	@missing=""; \
+	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
+	ldconfig -p | grep -q 'libseccomp\.so\.2' || missing="$$missing libseccomp2"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  case "$$missing" in *redis-server*) service redis-server stop >/dev/null 2>&1 || true;; esac; \
+	fi  # a freshly installed distro redis service would sit on 6379, Ray's port: ratchet starts its own
 
 demo: setup
 	$(PY) -m ray_jobs.sft_demo

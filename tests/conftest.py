@@ -59,3 +59,19 @@ def ray_local(redis_server: LocalServer) -> Iterator[None]:
 @pytest.fixture(scope="session")
 def ratchet_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("ratchet_home")
+
+
+SOAR_TEST_TASKS = ["3c9b0459", "6150a2bd"]  # 3x3 grids: short prompts; kept out of the seed corpus
+
+
+@pytest.fixture(scope="session")
+def soar_model(tmp_path_factory) -> str:
+    """A tiny seed model trained briefly on short seed-corpus rows (one-step DSL programs):
+    enough to write parseable DSL programs, which is all these tests need."""
+    from training.seed import SeedConfig, build_seed_model
+
+    cache = Path(os.environ.get("RATCHET_TEST_MODELS") or tmp_path_factory.getbasetemp() / "soar-models")
+    cfg = SeedConfig(preset="tiny", corpus="evolution.seed_corpus:seed_corpus",
+                     corpus_kwargs={"max_chars": 600, "max_grid": 6, "max_steps": 1, "exclude_tasks": SOAR_TEST_TASKS},
+                     n=1500, max_steps=150, batch_size=16, max_length=1024, learning_rate=3e-3, cache_dir=str(cache))
+    return build_seed_model(cfg, progress=False).path

@@ -1,0 +1,137 @@
+"""Hindsight relabeling and data selection: SOAR's search traces become SFT data.
+
+- Sampling data: a program that runs cleanly on every input of a task (valid grids) is a
+  correct program for the task its own outputs define. Prompt: that relabeled task (example
+  order shuffled); completion: the program. Programs with identical outputs count once.
+- Refinement data: the parent's refinement prompt (with its feedback on the real task) ->
+  a child that solved more train pairs than the parent, balanced across parent accuracy bins.
+- Selection per task, "greedy-diverse" (N = 50 in the paper): half the best programs by
+  train accuracy (shorter code wins ties), half wrong programs with distinct outputs. The
+  published code loses the diverse half to an inverted condition; here it is kept, and a
+  test checks that wrong programs land in the dataset.
+
+Train accuracy is the only correctness signal used, never test answers, so the same code
+serves test-time training on an evaluation split.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from evolution.prompts import PromptStyle, refinement_prompt, sampling_prompt
+from evolution.records import Candidate
+from evolution.rex import accuracy_bin
+from verifiers.arc.grids import ArcTask, Example
+
+Selection = Literal["greedy-diverse", "greedy", "correct-only", "uniform"]
+
+
+@dataclass
+class HindsightConfig:
+    per_task: int = 50  # programs kept per task (paper: 50)
+    selection: Selection = "greedy-diverse"  # paper's best; "correct-only" is what its released code does
+    refinement_per_task: int = 10  # refinement pairs kept per task, balanced across parent bins
+    iterations: Literal["all", "last"] = "all"  # archive iterations to learn from
+    prompt_style: PromptStyle = "compact"
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.per_task < 1:
+            raise ValueError(f"hindsight.per_task={self.per_task} must be >= 1")
+        if self.refinement_per_task < 0:
+            raise ValueError(f"hindsight.refinement_per_task={self.refinement_per_task} must be >= 0")
+
+
+def relabeled_task(task: ArcTask, c: Candidate, rng: random.Random) -> ArcTask | None:
+    """The task `c`'s own outputs define on `task`'s inputs, or None when it did not run cleanly."""
+    outputs = list(c.train_outputs) + list(c.test_outputs)
+    if not c.all_ok or len(outputs) != len(task.train) + len(task.test) or any(o is None for o in outputs):
+        return None
+    examples = [Example(i, o) for i, o in zip(task.inputs, outputs, strict=True)]
+    rng.shuffle(examples)
+    n_test = len(task.test)
+    return ArcTask(f"{task.id}-{c.code_hash[:8]}", tuple(examples[:-n_test]), tuple(examples[-n_test:]))
+
+
+def _distinct_outputs(cands: Iterable[Candidate]) -> list[Candidate]:
+    """One program per output signature (the shortest), so copies of a behaviour count once."""
+    best: dict[tuple, Candidate] = {}
+    for c in cands:
+        key = (c.train_outputs, c.test_outputs)
+        if key not in best or len(c.code) < len(best[key].code):
+            best[key] = c
+    return list(best.values())
+
+
+def select_programs(cands: Sequence[Candidate], cfg: HindsightConfig, rng: random.Random) -> list[Candidate]:
+    """Pick up to cfg.per_task clean programs of one task by the configured strategy."""
+    pool = _distinct_outputs(c for c in cands if c.all_ok)
+    by_quality = sorted(pool, key=lambda c: (-c.train_accuracy, len(c.code), c.code_hash))
+    n = cfg.per_task
+    if cfg.selection == "greedy":
+        return by_quality[:n]
+    if cfg.selection == "correct-only":
+        return [c for c in by_quality if c.train_accuracy == 1.0][:n]
+    if cfg.selection == "uniform":
+        return rng.sample(pool, min(n, len(pool)))
+    greedy = by_quality[: (n + 1) // 2]
+    chosen = {c.code_hash for c in greedy}
+    wrong = [c for c in pool if c.train_accuracy < 1.0 and c.code_hash not in chosen]
+    diverse = rng.sample(wrong, min(n - len(greedy), len(wrong)))
+    rest = [c for c in by_quality if c.code_hash not in chosen and c not in diverse]
+    return greedy + diverse + rest[: n - len(greedy) - len(diverse)]  # top up when few are wrong
+
+
+def sampling_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightConfig,
+                  rng: random.Random) -> list[dict[str, str]]:
+    rows = []
+    for c in select_programs(cands, cfg, rng):
+        new = relabeled_task(task, c, rng)
+        if new is not None:
+            rows.append({"prompt": sampling_prompt(new, cfg.prompt_style), "completion": c.code,
+                         "task_id": task.id, "kind": "sample", "train_accuracy_on_task": c.train_accuracy})
+    return rows
+
+
+def refinement_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightConfig,
+                    rng: random.Random) -> list[dict[str, str]]:
+    """Parent prompt -> child that solved more train pairs, balanced across parent bins."""
+    by_hash = {c.code_hash: c for c in cands}
+    pairs_by_bin: dict[str, list[tuple[Candidate, Candidate]]] = defaultdict(list)
+    for child in cands:
+        parent = by_hash.get(child.parent or "")
+        if child.kind == "refine" and parent is not None and sum(child.train_correct) > sum(parent.train_correct):
+            pairs_by_bin[accuracy_bin(parent.train_accuracy)].append((parent, child))
+    queues = [rng.sample(v, len(v)) for _, v in sorted(pairs_by_bin.items())]
+    picked: list[tuple[Candidate, Candidate]] = []
+    while len(picked) < cfg.refinement_per_task and any(queues):
+        for q in queues:
+            if q and len(picked) < cfg.refinement_per_task:
+                picked.append(q.pop())
+    visible = task.without_answers()
+    return [{"prompt": refinement_prompt(visible, p, cfg.prompt_style), "completion": ch.code,
+             "task_id": task.id, "kind": "refine", "train_accuracy_on_task": ch.train_accuracy}
+            for p, ch in picked]
+
+
+def build_rows(tasks: dict[str, ArcTask], cands_by_task: dict[str, list[Candidate]], cfg: HindsightConfig,
+               iteration: int) -> tuple[list[dict], dict[str, int]]:
+    """All hindsight rows for the tasks, and counts for the summary."""
+    rng = random.Random(cfg.seed * 7919 + iteration)
+    rows: list[dict] = []
+    counts = {"sample_rows": 0, "refine_rows": 0, "wrong_program_rows": 0, "tasks_with_rows": 0}
+    for tid, task in tasks.items():
+        cands = [c for c in cands_by_task.get(tid, []) if cfg.iterations == "all" or c.iteration == iteration]
+        s = sampling_rows(task, cands, cfg, rng)
+        r = refinement_rows(task, cands, cfg, rng)
+        counts["sample_rows"] += len(s)
+        counts["refine_rows"] += len(r)
+        counts["wrong_program_rows"] += sum(row["train_accuracy_on_task"] < 1.0 for row in s)
+        counts["tasks_with_rows"] += bool(s or r)
+        rows += s + r
+    rng.shuffle(rows)
+    return rows, counts

@@ -1,0 +1,81 @@
+"""Hindsight relabeling and greedy-diverse selection on a real ARC task."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from evolution.gridtext import grid_text
+from evolution.hindsight import HindsightConfig, build_rows, relabeled_task, select_programs
+from evolution.programs import Step, render, run
+from evolution.records import Candidate
+from evolution.tasks import load_split
+from store.codehash import code_hash
+
+TASK = "3c9b0459"  # rotate 180
+PROGRAMS = {  # name -> program; only rot180 is right
+    "rot180": (Step("rot180"),), "rot180_long": (Step("flip_h"), Step("flip_v")),
+    "flip_h": (Step("flip_h"),), "flip_v": (Step("flip_v"),), "transpose": (Step("transpose"),),
+    "rot90": (Step("rot90"),), "identity_like": (Step("recolor", (9, 9)),),
+}
+
+
+@pytest.fixture(scope="module")
+def task():
+    return load_split("arc1-train")[TASK]
+
+
+def candidate(task, program, **kw) -> Candidate:
+    code = render(program)
+    train = tuple(run(program, ex.input) for ex in task.train)
+    test = tuple(run(program, ex.input) for ex in task.test)
+    return Candidate(task.id, code, code_hash(code), train_correct=tuple(o == ex.output for o, ex in zip(train, task.train, strict=True)),
+                     train_outputs=train, test_outputs=test, all_ok=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def cands(task):
+    return [candidate(task, p) for p in PROGRAMS.values()]
+
+
+def test_relabeled_task_is_solved_by_its_program(task, cands):
+    rng = random.Random(0)
+    for c, program in zip(cands, PROGRAMS.values(), strict=True):
+        new = relabeled_task(task, c, rng)
+        assert len(new.train) == len(task.train) and len(new.test) == len(task.test)
+        assert all(run(program, ex.input) == ex.output for ex in new.train + new.test)
+    broken = Candidate(task.id, "x", "h", all_ok=False)
+    assert relabeled_task(task, broken, rng) is None
+
+
+def test_greedy_diverse_keeps_wrong_programs_in_the_dataset(task, cands):
+    """The published code's inverted condition drops the diverse half; here it lands."""
+    cfg = HindsightConfig(per_task=4, selection="greedy-diverse")
+    chosen = select_programs(cands, cfg, random.Random(0))
+    assert len(chosen) == 4
+    assert chosen[0].code == render(PROGRAMS["rot180"])  # best accuracy, then shorter code
+    assert sum(c.train_accuracy < 1.0 for c in chosen) >= 2
+    rows, counts = build_rows({task.id: task}, {task.id: cands}, cfg, iteration=0)
+    assert counts["wrong_program_rows"] >= 2 and counts["sample_rows"] == 4
+    assert {r["completion"] for r in rows} == {c.code for c in chosen}
+
+
+def test_identical_outputs_count_once_and_correct_only_drops_wrong(task, cands):
+    chosen = select_programs(cands, HindsightConfig(per_task=50, selection="greedy"), random.Random(0))
+    assert len(chosen) == len(cands) - 1  # rot180 and flip_h+flip_v behave identically: the shorter stays
+    assert render(PROGRAMS["rot180_long"]) not in {c.code for c in chosen}
+    only = select_programs(cands, HindsightConfig(per_task=50, selection="correct-only"), random.Random(0))
+    assert [c.code for c in only] == [render(PROGRAMS["rot180"])]
+
+
+def test_refinement_rows_pair_parents_with_better_children(task, cands):
+    parent = cands[2]  # flip_h: wrong
+    child = candidate(task, PROGRAMS["rot180"], kind="refine", parent=parent.code_hash)
+    worse = candidate(task, PROGRAMS["transpose"], kind="refine", parent=cands[0].code_hash)
+    rows, counts = build_rows({task.id: task}, {task.id: [parent, child, cands[0], worse]},
+                              HindsightConfig(per_task=1, refinement_per_task=5), iteration=0)
+    refine = [r for r in rows if r["kind"] == "refine"]
+    assert counts["refine_rows"] == 1 and refine[0]["completion"] == child.code
+    assert parent.code.strip() in refine[0]["prompt"]
+    assert grid_text(task.test[0].output, "digits") not in refine[0]["prompt"]  # never the answer

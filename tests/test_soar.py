@@ -1,0 +1,119 @@
+"""SOAR search end to end with a real tiny model, the real sandbox and a real Redis:
+budgets, archive, REX counts, votes, and resuming after a kill."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from evolution.backends import local_sampler, local_verifier
+from evolution.records import Candidate
+from evolution.search import SearchConfig, SoarSearch
+from evolution.tasks import load_split
+from search.engines.hf import TransformersEngine
+from verifiers.arc import ArcExecutor
+
+TASK_IDS = ["3c9b0459", "6150a2bd"]  # 3x3 grids: short prompts
+
+
+@pytest.fixture(scope="module")
+def engine(soar_model):
+    return TransformersEngine(soar_model, version="v0", batch_size=32)
+
+
+@pytest.fixture(scope="module")
+def executor():
+    with ArcExecutor(workers=1, allowed_modules=("evolution.dsl",)) as ex:
+        yield ex
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    arc = load_split("arc1-train")
+    return {t: arc[t] for t in TASK_IDS}
+
+
+def search_cfg(**kw) -> SearchConfig:
+    defaults = dict(samples_per_task=8, refinements_per_task=4, batch=4, stop_after_correct=99, max_tokens=120,
+                    prompt_style="compact", one_shot=False, tasks_in_flight=2, seed=0)
+    return SearchConfig(**(defaults | kw))
+
+
+class CountingSampler:
+    """The real engine, counting the completions it was asked for (to check budgets)."""
+
+    def __init__(self, engine):
+        self.inner = local_sampler(engine)
+        self.completions = 0
+
+    async def __call__(self, prompts, params):
+        self.completions += len(prompts) * params.n
+        return await self.inner(prompts, params)
+
+
+def make_search(cfg, store, experiment, engine, executor, **kw) -> tuple[SoarSearch, CountingSampler]:
+    sampler = CountingSampler(engine)
+    search = SoarSearch(cfg, sampler=sampler, verifier=local_verifier(executor), archive=store.archive(experiment),
+                        model_version="v0", **kw)
+    return search, sampler
+
+
+def test_search_spends_the_budget_archives_and_votes(store, experiment_name, engine, executor, tasks):
+    search, sampler = make_search(search_cfg(), store, experiment_name, engine, executor)
+    outcomes = asyncio.run(search.run(tasks))
+    archive = store.archive(experiment_name)
+    for tid, out in outcomes.items():
+        assert out.sampled == 8 and out.refined <= 4
+        assert archive.counters([f"it0:sampled:{tid}"]) == [8]
+        archived = [Candidate.from_record(r) for r in archive.get_task(tid)]
+        assert {c.code_hash for c in archived} == {c.code_hash for c in out.candidates}
+        assert all(c.model_version == "v0" and c.iteration == 0 for c in archived)
+        assert len(out.attempts) == len(tasks[tid].test)
+        refined = [c for c in archived if c.kind == "refine"]
+        assert all(c.parent is not None for c in refined)
+        # REX's N is really counted: one increment per refinement asked for
+        nref = archive.counters([f"nref:{tid}:{c.code_hash}" for c in out.candidates])
+        assert sum(nref) == out.refined
+    assert sampler.completions == sum(o.sampled + o.refined for o in outcomes.values())
+    assert sum(len(o.candidates) for o in outcomes.values()) > 0, "the seed model wrote no program at all"
+
+
+def test_restart_resumes_without_exceeding_the_budget(store, experiment_name, engine, executor, tasks):
+    """Kill the search after its first archived batch, start again: budgets hold, nothing is lost."""
+    cfg = search_cfg(refinements_per_task=0)
+    batches = []
+
+    def die_after_first_batch(task_id, n):
+        if n:
+            batches.append(task_id)
+            raise KeyboardInterrupt("simulated kill")
+
+    first, _ = make_search(cfg, store, experiment_name, engine, executor, on_progress=die_after_first_batch)
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(first.run({t: tasks[t] for t in TASK_IDS[:1]}))
+    archive = store.archive(experiment_name)
+    tid = TASK_IDS[0]
+    before = {r["code_hash"] for r in archive.get_task(tid)}
+    assert archive.counters([f"it0:sampled:{tid}"]) == [4]
+
+    second, sampler = make_search(cfg, store, experiment_name, engine, executor)
+    outcome = asyncio.run(second.run({tid: tasks[tid]}))[tid]
+    assert outcome.sampled == 8 and sampler.completions == 4  # only the missing half was drawn
+    assert before <= {r["code_hash"] for r in archive.get_task(tid)}
+
+    third, sampler = make_search(cfg, store, experiment_name, engine, executor)
+    asyncio.run(third.run({tid: tasks[tid]}))
+    assert sampler.completions == 0  # budget spent: a rerun samples nothing
+
+    bigger, sampler = make_search(replace(cfg, samples_per_task=12), store, experiment_name, engine, executor)
+    asyncio.run(bigger.run({tid: tasks[tid]}))
+    assert sampler.completions == 4 and archive.counters([f"it0:sampled:{tid}"]) == [12]
+
+
+def test_search_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="search.batch"):
+        SearchConfig(batch=0)
+    with pytest.raises(ValueError, match="search.samples_per_task"):
+        SearchConfig(samples_per_task=-1)
