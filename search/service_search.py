@@ -81,9 +81,14 @@ class SearchResult:
     method: Literal["majority", "unanimous_top", "tie_break"]
     candidates: list[Candidate]
     comparisons: list[tuple[int, int, int]]  # (first, second, verdict 1|2|-1)
+    completion: Completion | None = None  # the selected sample as the engine returned it
+    completion_tokens: int = 0  # spent on candidates, verdicts and comparisons together
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain data for an HTTP response's `search` field (the selected completion left out)."""
+        d = asdict(self)
+        d.pop("completion")
+        return d
 
 
 def question_of(prompt: Prompt) -> str:
@@ -121,16 +126,26 @@ async def search_and_select(
 ) -> SearchResult:
     """Sample options.k candidates for `prompt` and select one by self-verification."""
     question = question if question is not None else question_of(prompt)
-    (rows,) = await generate([prompt], replace(params, n=options.k))
+    spent = 0
+
+    async def counted(prompts: list[Prompt], p: SamplingParams) -> list[list[Completion]]:
+        nonlocal spent
+        out = await generate(prompts, p)
+        spent += sum(c.completion_tokens for row in out for c in row)
+        return out
+
+    def result(i: int, method: str, comparisons: list) -> SearchResult:
+        return SearchResult(i, cands[i].text, cands[i].answer, method, cands, comparisons, rows[i], spent)  # type: ignore[arg-type]
+
+    (rows,) = await counted([prompt], replace(params, n=options.k))
     answers = [extract_answer(c.text) for c in rows]
     cands = [Candidate(c.text, a, cls) for c, a, cls in zip(rows, answers, group_answers(answers), strict=True)]
     if options.verify == 0:
-        i = _majority(cands)
-        return SearchResult(i, cands[i].text, cands[i].answer, "majority", cands, [])
+        return result(_majority(cands), "majority", [])
 
     vparams = SamplingParams(n=options.verify, temperature=options.verify_temperature,
                              max_tokens=options.verify_max_tokens, seed=params.seed)
-    checks = await generate([verify_prompt(question, c.text, options.style) for c in cands], vparams)
+    checks = await counted([verify_prompt(question, c.text, options.style) for c in cands], vparams)
     for cand, row in zip(cands, checks, strict=True):
         cand.verdicts = [verdict_code(parse_verification(c.text)) for c in row]
         valid = [v for v in cand.verdicts if v >= 0]
@@ -138,12 +153,11 @@ async def search_and_select(
     best = max(c.score for c in cands)
     top = [i for i, c in enumerate(cands) if c.score >= best - options.top_margin - 1e-9]
     if len({cands[i].answer_id for i in top}) == 1 or options.k_tie == 0:
-        i = max(top, key=lambda t: cands[t].score)
-        return SearchResult(i, cands[i].text, cands[i].answer, "unanimous_top", cands, [])
+        return result(max(top, key=lambda t: cands[t].score), "unanimous_top", [])
 
     pairs = tie_pairs(top, cands, options.k_tie)
     prompts = [compare_prompt(question, cands[i].text, cands[j].text, options.style) for i, j in pairs]
-    outs = await generate(prompts, replace(vparams, n=1))
+    outs = await counted(prompts, replace(vparams, n=1))
     comparisons = []
     for (i, j), (out,) in zip(pairs, outs, strict=True):
         v = parse_comparison(out.text)
@@ -153,4 +167,4 @@ async def search_and_select(
             cands[j].games += 1
             (cands[i] if v.value == 1 else cands[j]).wins += 1
     i = max(top, key=lambda t: (cands[t].wins / max(cands[t].games, 1), cands[t].score, -t))
-    return SearchResult(i, cands[i].text, cands[i].answer, "tie_break", cands, comparisons)
+    return result(i, "tie_break", comparisons)

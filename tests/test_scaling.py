@@ -63,6 +63,8 @@ def test_search_selects_the_verified_answer_over_the_majority():
                                         params=SamplingParams(max_tokens=32)))
     assert res.answer == "9" and res.method == "unanimous_top"
     assert [c.score for c in res.candidates] == [0.0, 0.0, 1.0, 0.0]
+    assert res.completion.text == RIGHT and res.completion_tokens == 4 + 4 * 3  # one token per fake sample
+    assert "completion" not in res.to_dict() and len(res.to_dict()["candidates"]) == 4
     majority = asyncio.run(search_and_select(oracle.generate, f"Q: {QUESTION}\nA:", question=QUESTION,
                                              options=SearchOptions(k=4, verify=0, style="compact"),
                                              params=SamplingParams(max_tokens=32)))
