@@ -22,7 +22,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from evolution.prompts import PromptStyle, refinement_prompt, sampling_prompt
+from evolution.prompts import (
+    PromptStyle,
+    completion_from_program,
+    refinement_prompt,
+    sampling_prompt,
+)
 from evolution.records import Candidate
 from evolution.rex import accuracy_bin
 from verifiers.arc.grids import ArcTask, Example
@@ -92,7 +97,8 @@ def sampling_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightConfi
     for c in select_programs(cands, cfg, rng):
         new = relabeled_task(task, c, rng)
         if new is not None:
-            rows.append({"prompt": sampling_prompt(new, cfg.prompt_style), "completion": c.code,
+            rows.append({"prompt": sampling_prompt(new, cfg.prompt_style),
+                         "completion": completion_from_program(c.code, cfg.prompt_style),
                          "task_id": task.id, "kind": "sample", "train_accuracy_on_task": c.train_accuracy})
     return rows
 
@@ -113,7 +119,8 @@ def refinement_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightCon
             if q and len(picked) < cfg.refinement_per_task:
                 picked.append(q.pop())
     visible = task.without_answers()
-    return [{"prompt": refinement_prompt(visible, p, cfg.prompt_style), "completion": ch.code,
+    return [{"prompt": refinement_prompt(visible, p, cfg.prompt_style),
+             "completion": completion_from_program(ch.code, cfg.prompt_style),
              "task_id": task.id, "kind": "refine", "train_accuracy_on_task": ch.train_accuracy}
             for p, ch in picked]
 

@@ -19,8 +19,12 @@ from verifiers.arc.grids import ArcTask, Grid
 
 PromptStyle = Literal["numpy", "compact"]
 COLOURS = "0 black, 1 blue, 2 red, 3 green, 4 yellow, 5 grey, 6 magenta, 7 orange, 8 light blue, 9 maroon"
-SAMPLE_CUE = "program\n"
-REFINE_CUE = "better program\n"
+# Compact prompts end with the program's fixed first lines, so a small model writes only the
+# body (`    grid = rot90(grid)` ...): shorter to learn and to generate, and every sample starts
+# as a parseable program. `program_from_completion` puts the prefix back.
+CODE_PREFIX = "from evolution.dsl import *\ndef transform(grid):\n"
+SAMPLE_CUE = "program\n" + CODE_PREFIX
+REFINE_CUE = "better program\n" + CODE_PREFIX
 MAX_WRONG_SHOWN = 2  # wrong outputs shown in a refinement prompt (prompts stay short)
 
 
@@ -100,6 +104,18 @@ def refinement_prompt(task: ArcTask, parent: Candidate, style: PromptStyle = "co
             + "\n```\n# How it did\n" + "\n".join(feedback) + "\n")
 
 
+def program_from_completion(text: str, style: PromptStyle) -> str:
+    """The full program text: compact prompts already hold its first lines."""
+    return CODE_PREFIX + text if style == "compact" else text
+
+
+def completion_from_program(code: str, style: PromptStyle) -> str:
+    """The completion a model should write for `code` after a prompt of this style."""
+    if style == "compact" and code.startswith(CODE_PREFIX):
+        return code[len(CODE_PREFIX):]
+    return code
+
+
 def train_pairs_shown(prompt: str) -> int:
     """How many train pairs a compact prompt shows (used by tests and dataset checks)."""
     return sum(1 for line in prompt.splitlines() if line.startswith("pair "))
@@ -109,4 +125,5 @@ def render_task(task: ArcTask, style: PromptStyle) -> str:
     return compact_task(task) if style == "compact" else numpy_task(task)
 
 
-__all__: Sequence[str] = ["REFINE_CUE", "SAMPLE_CUE", "refinement_prompt", "render_task", "sampling_prompt"]
+__all__: Sequence[str] = ["CODE_PREFIX", "REFINE_CUE", "SAMPLE_CUE", "completion_from_program", "program_from_completion",
+                          "refinement_prompt", "render_task", "sampling_prompt"]

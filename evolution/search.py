@@ -22,11 +22,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from evolution.dsl import __all__ as DSL_NAMES
 from evolution.extract import extract_code
 from evolution.filters import FilterConfig, keep_for_refinement, keep_for_voting
-from evolution.dsl import __all__ as DSL_NAMES
 from evolution.programs import PRELUDE
-from evolution.prompts import PromptStyle, refinement_prompt, sampling_prompt
+from evolution.prompts import (
+    PromptStyle,
+    program_from_completion,
+    refinement_prompt,
+    sampling_prompt,
+)
 from evolution.records import Candidate
 from evolution.rex import RexConfig, balanced_pool, choose_parents
 from evolution.voting import VoteConfig, vote
@@ -116,7 +121,9 @@ class SoarSearch:
     async def _evaluate(self, task: ArcTask, completions: Sequence[Completion], kind: str,
                         parents: Sequence[Candidate | None], counters: dict[str, int], outcome: TaskOutcome) -> None:
         """Extract, execute, archive (with the budget counters, atomically)."""
-        codes = [extract_code(c.text, prelude=PRELUDE, prelude_names=DSL_NAMES) for c in completions]
+        style = self.cfg.prompt_style
+        codes = [extract_code(program_from_completion(c.text, style), prelude=PRELUDE, prelude_names=DSL_NAMES)
+                 for c in completions]
         outcome.no_code += sum(code is None for code in codes)
         runnable = [(code, c, p) for code, c, p in zip(codes, completions, parents, strict=True) if code is not None]
         results = await self.verifier(task, [code for code, _, _ in runnable]) if runnable else []

@@ -15,7 +15,7 @@ import random
 from collections.abc import Sequence
 
 from evolution.programs import Program, colours, random_program, render, run
-from evolution.prompts import refinement_prompt, sampling_prompt
+from evolution.prompts import completion_from_program, refinement_prompt, sampling_prompt
 from evolution.records import Candidate
 from evolution.tasks import load_split, select
 from store.codehash import code_hash
@@ -84,6 +84,7 @@ def seed_corpus(n: int = 20000, seed: int = 0, max_grid: int = 10, max_steps: in
     return rows
 
 
-def _append(rows: list[dict[str, str]], prompt: str, completion: str, max_chars: int) -> None:
+def _append(rows: list[dict[str, str]], prompt: str, code: str, max_chars: int) -> None:
+    completion = completion_from_program(code, "compact")
     if len(prompt) + len(completion) <= max_chars:
         rows.append({"prompt": prompt, "completion": completion})

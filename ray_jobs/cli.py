@@ -2,6 +2,7 @@
 
     ratchet serve --model PATH --port 8000        # OpenAI-compatible endpoint
     ratchet serve --experiment demo --version v2 --api-key-env RATCHET_API_KEY
+    ratchet soar --config configs/soar-demo.yaml   # SOAR search on ARC
     ratchet <command> --help
     # the same entrypoints on a cluster:
     ray job submit --working-dir . -- python -m ray_jobs.serve --experiment demo
@@ -15,6 +16,8 @@ import sys
 # name -> module with main(argv); imported only when chosen (each pulls in Ray, torch...).
 COMMANDS: dict[str, str] = {
     "serve": "ray_jobs.serve",
+    "soar": "ray_jobs.soar",
+    "sft-demo": "ray_jobs.sft_demo",
 }
 
 

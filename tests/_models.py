@@ -23,14 +23,22 @@ def expected(prompt: str) -> str:
     return " " + DIGIT_MAP[int(prompt.split()[-2])]
 
 
-def build_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from transformers import AutoTokenizer
-
-    from training.seed import SeedConfig, build_seed_model, init_model
+def model_config(tmp_path_factory: pytest.TempPathFactory):
+    """The tiny digit-map seed model shared by the sampler and training tests."""
+    from training.seed import SeedConfig
 
     # $RATCHET_TEST_MODELS keeps the content-hash cache between sessions (the build takes 20-100 s).
     cache = Path(os.environ.get("RATCHET_TEST_MODELS") or tmp_path_factory.getbasetemp() / "sampler-models")
-    cfg = SeedConfig(preset="tiny", max_steps=150, corpus_kwargs={"last_only": True}, cache_dir=str(cache))
+    return SeedConfig(preset="tiny", max_steps=150, corpus_kwargs={"last_only": True}, cache_dir=str(cache))
+
+
+def build_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    from transformers import AutoTokenizer
+
+    from training.seed import build_seed_model, init_model
+
+    cfg = model_config(tmp_path_factory)
+    cache = Path(cfg.cache_dir)
     trained = build_seed_model(cfg, progress=False).path
     untrained = cache / "untrained"
     if not (untrained / "config.json").exists():

@@ -9,6 +9,7 @@ import pytest
 from evolution.gridtext import grid_text
 from evolution.hindsight import HindsightConfig, build_rows, relabeled_task, select_programs
 from evolution.programs import Step, render, run
+from evolution.prompts import CODE_PREFIX
 from evolution.records import Candidate
 from evolution.tasks import load_split
 from store.codehash import code_hash
@@ -58,7 +59,7 @@ def test_greedy_diverse_keeps_wrong_programs_in_the_dataset(task, cands):
     assert sum(c.train_accuracy < 1.0 for c in chosen) >= 2
     rows, counts = build_rows({task.id: task}, {task.id: cands}, cfg, iteration=0)
     assert counts["wrong_program_rows"] >= 2 and counts["sample_rows"] == 4
-    assert {r["completion"] for r in rows} == {c.code for c in chosen}
+    assert {CODE_PREFIX + r["completion"] for r in rows} == {c.code for c in chosen}
 
 
 def test_identical_outputs_count_once_and_correct_only_drops_wrong(task, cands):
@@ -76,6 +77,6 @@ def test_refinement_rows_pair_parents_with_better_children(task, cands):
     rows, counts = build_rows({task.id: task}, {task.id: [parent, child, cands[0], worse]},
                               HindsightConfig(per_task=1, refinement_per_task=5), iteration=0)
     refine = [r for r in rows if r["kind"] == "refine"]
-    assert counts["refine_rows"] == 1 and refine[0]["completion"] == child.code
+    assert counts["refine_rows"] == 1 and CODE_PREFIX + refine[0]["completion"] == child.code
     assert parent.code.strip() in refine[0]["prompt"]
     assert grid_text(task.test[0].output, "digits") not in refine[0]["prompt"]  # never the answer

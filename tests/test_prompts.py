@@ -8,7 +8,14 @@ import pytest
 
 from evolution.gridtext import grid_text
 from evolution.programs import random_program, run
-from evolution.prompts import REFINE_CUE, SAMPLE_CUE, refinement_prompt, sampling_prompt, train_pairs_shown
+from evolution.prompts import (
+    CODE_PREFIX,
+    REFINE_CUE,
+    SAMPLE_CUE,
+    refinement_prompt,
+    sampling_prompt,
+    train_pairs_shown,
+)
 from evolution.records import Candidate
 from evolution.seed_corpus import parent_candidate, relabel, seed_corpus
 from evolution.tasks import load_split
@@ -91,7 +98,8 @@ def test_seed_corpus_rows_and_exclusions():
     assert len(rows) == 40
     inputs = {grid_text(ex.input, "digits") for ex in all_small[keep].train + all_small[keep].test}
     for row in rows:
-        assert row["completion"].startswith("from evolution.dsl import *\ndef transform(grid):")
+        assert row["completion"].startswith("    grid = ") and row["completion"].endswith("    return grid\n")
+        assert row["prompt"].endswith(CODE_PREFIX)
         assert any(g in row["prompt"] for g in inputs), "rows come only from the task not excluded"
     assert any(r["prompt"].endswith(REFINE_CUE) for r in rows) and any(r["prompt"].endswith(SAMPLE_CUE) for r in rows)
     assert seed_corpus(n=10, seed=1, exclude_tasks=exclude) == seed_corpus(n=10, seed=1, exclude_tasks=exclude)

@@ -36,7 +36,7 @@ def tasks():
 
 
 def search_cfg(**kw) -> SearchConfig:
-    defaults = dict(samples_per_task=8, refinements_per_task=4, batch=4, stop_after_correct=99, max_tokens=120,
+    defaults = dict(samples_per_task=8, refinements_per_task=4, batch=4, stop_after_correct=99, max_tokens=48,
                     prompt_style="compact", one_shot=False, tasks_in_flight=2, seed=0)
     return SearchConfig(**(defaults | kw))
 

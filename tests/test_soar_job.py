@@ -22,7 +22,7 @@ def job_overrides(model: str, runs_dir: Path, experiment: str) -> list[str]:
     return [
         f"experiment={experiment}", f"runs_dir={runs_dir}", f"model.checkpoint={model}",
         f"tasks.ids=[{','.join(TASK_IDS)}]", "search.samples_per_task=8", "search.refinements_per_task=4",
-        "search.batch=4", "search.max_tokens=120", "search.prompt_style=compact", "search.one_shot=false",
+        "search.batch=4", "search.max_tokens=48", "search.prompt_style=compact", "search.one_shot=false",
         "sampler.num_cpus_per_actor=0.5", "curve_budgets=[1,4,12]", "render_tasks=1",
     ]
 

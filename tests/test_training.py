@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from _models import model_config
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
 from store import Store
@@ -17,8 +18,8 @@ from training.evaluate import completion_logprobs, greedy_accuracy
 from training.seed import SeedConfig, build_seed_model, cache_key
 from training.sft import SFTJobConfig, train_sft, train_sft_remote
 
-IDENTITY = "0123456789"
-TARGET = "7360918254"  # the mapping fine-tuning should move the model to
+SEED_MAPPING = "7360918254"  # what the shared tiny seed model (tests/_models.py) answers
+TARGET = "0123456789"  # the mapping fine-tuning should move the model to
 
 
 def last_digit_rows(n: int, seed: int, permutation: str) -> list[dict[str, str]]:
@@ -27,12 +28,10 @@ def last_digit_rows(n: int, seed: int, permutation: str) -> list[dict[str, str]]
 
 @pytest.fixture(scope="session")
 def seed_cfg(tmp_path_factory) -> SeedConfig:
-    """A tiny model that maps the last digit through the identity: it knows the format,
-    and is at chance on TARGET, so any gain there comes from fine-tuning."""
-    return SeedConfig(
-        preset="tiny", corpus_kwargs={"permutation": IDENTITY},
-        n=2000, max_steps=150, cache_dir=str(tmp_path_factory.mktemp("models")),
-    )
+    """The sampler tests' tiny model (same config, same cache, so built once per session):
+    it maps the last digit through SEED_MAPPING, knows the format, and is at chance on
+    TARGET, so any gain there comes from fine-tuning."""
+    return model_config(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -65,11 +64,11 @@ def test_seed_model_is_a_loadable_small_llama_and_cached(seed_cfg, seed_model):
     assert again.cached and again.path == seed_model
     info = json.loads((Path(seed_model) / "ratchet_seed.json").read_text())
     assert info["train"]["last_loss"] < info["train"]["first_loss"]
-    assert greedy_accuracy(seed_model, last_digit_rows(50, 777, IDENTITY)) > 0.9  # it learned its corpus
+    assert greedy_accuracy(seed_model, last_digit_rows(50, 777, SEED_MAPPING)) > 0.9  # it learned its corpus
 
 
 def test_cache_key_covers_seed_corpus_content_and_preset(seed_cfg):
-    rows = last_digit_rows(10, 0, IDENTITY)
+    rows = last_digit_rows(10, 0, SEED_MAPPING)
     key = cache_key(seed_cfg, rows)
     assert cache_key(replace(seed_cfg, seed=1), rows) != key
     assert cache_key(replace(seed_cfg, preset="small"), rows) != key
@@ -102,7 +101,7 @@ def test_lora_sft_saves_merged_weights_that_load_without_peft(seed_model, tmp_pa
 def test_dpo_raises_the_chosen_over_rejected_margin_on_heldout_pairs(seed_model, tmp_path):
     def pairs(n: int, seed: int) -> list[dict[str, str]]:
         chosen = last_digit_rows(n, seed, TARGET)
-        rejected = last_digit_rows(n, seed, IDENTITY)  # what the seed model prefers
+        rejected = last_digit_rows(n, seed, SEED_MAPPING)  # what the seed model prefers
         return [
             {"prompt": c["prompt"], "chosen": c["completion"], "rejected": r["completion"]}
             for c, r in zip(chosen, rejected, strict=True) if c["completion"] != r["completion"]
