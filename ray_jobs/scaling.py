@@ -43,7 +43,7 @@ CPUS_PER_SAMPLER = 1.0  # each sampler actor's CPU share; engines use that many 
 
 
 def demo_seed() -> SeedConfig:
-    return SeedConfig(preset="tiny", corpus="search.arith_problems:seed_corpus", n=6000, max_steps=1200,
+    return SeedConfig(preset="tiny", corpus="search.arith_problems:seed_corpus", n=4000, max_steps=600,
                       max_length=256)
 
 
