@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,12 @@ from ray_jobs.soar import SoarConfig, run
 TASK_IDS = ["3c9b0459", "6150a2bd"]
 ITERATION_FIELDS = {"iteration", "model_version", "tasks", "solved", "oracle", "programs", "executions",
                     "cache_hits", "sampler_busy_frac", "wall_s", "curve"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def job_overrides(model: str, runs_dir: Path, experiment: str) -> list[str]:
@@ -50,17 +57,19 @@ def test_soar_job_writes_the_run_directory(ray_local, store, soar_model, tmp_pat
 @pytest.mark.slow
 def test_soar_through_ray_job_submit(soar_model, tmp_path, redis_server):
     """`ray job submit --working-dir .` against a locally started Ray head."""
-    env = os.environ | {"RAY_ADDRESS": "", "RAY_USAGE_STATS_ENABLED": "0"}
+    # token auth as a real cluster has it: the head writes the token, the client reads it
+    env = os.environ | {"RAY_ADDRESS": "", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
+    gcs_port, dashboard_port = free_port(), free_port()
     head = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--num-cpus=2",
-                           "--dashboard-host=127.0.0.1", "--dashboard-port=8299", "--disable-usage-stats"],
-                          env=env, capture_output=True, text=True)
+                           f"--port={gcs_port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
+                           "--disable-usage-stats"], env=env, capture_output=True, text=True)
     assert head.returncode == 0, head.stderr
     try:
         runtime_env = json.dumps({"env_vars": {"RATCHET_REDIS_URL": redis_server.url, "HF_HUB_OFFLINE": "1"},
                                   "excludes": [".venv", "runs", ".git"]})
-        cmd = [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", "http://127.0.0.1:8299",
+        cmd = [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", f"http://127.0.0.1:{dashboard_port}",
                "--working-dir", ".", "--runtime-env-json", runtime_env, "--",
-               "python", "-m", "ray_jobs.soar", "--config", "configs/soar-demo.yaml",
+               sys.executable, "-m", "ray_jobs.soar", "--config", "configs/soar-demo.yaml",
                *job_overrides(soar_model, tmp_path, "submit-test")]
         job = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
         assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
