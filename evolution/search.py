@@ -18,7 +18,7 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -124,22 +124,32 @@ class SoarSearch:
         style = self.cfg.prompt_style
         codes = [extract_code(program_from_completion(c.text, style), prelude=PRELUDE, prelude_names=DSL_NAMES)
                  for c in completions]
-        outcome.no_code += sum(code is None for code in codes)
+        missing = sum(code is None for code in codes)
+        outcome.no_code += missing
+        if missing:
+            counters = counters | {self._key(task.id, "no_code"): missing}
         runnable = [(code, c, p) for code, c, p in zip(codes, completions, parents, strict=True) if code is not None]
         results = await self.verifier(task, [code for code, _, _ in runnable]) if runnable else []
-        records, new_cands = [], []
+        records, cands, seen = [], [], {}
+        seq = outcome.sampled + outcome.refined  # order tried: the curves' x-axis
         for (code, comp, parent), result in zip(runnable, results, strict=True):
             cand = Candidate.from_result(
                 result, code, kind=kind, parent=parent.code_hash if parent else None,
                 model_version=comp.model_version or self.model_version, iteration=self.iteration,
-                extra={"seq": outcome.sampled + outcome.refined},  # order tried: the curves' x-axis
+                extra={"seq": seq},
             )
             outcome.executions += not result.cached
             outcome.cache_hits += result.cached
             records.append(cand.to_record())
-            new_cands.append(cand)
-        new_flags = self.archive.add_many(records, counters)  # records and budget counters, atomically
-        outcome.candidates.extend(c for c, new in zip(new_cands, new_flags, strict=True) if new)
+            cands.append(cand)
+            seen.setdefault(cand.code_hash, seq)
+        # records, budget counters and this iteration's marks, in one transaction
+        self.archive.add_many(records, counters, {self._key(task.id, "seen"): seen})
+        known = {c.code_hash for c in outcome.candidates}
+        for cand in cands:  # new to this iteration, even if an earlier one archived it first
+            if cand.code_hash not in known:
+                known.add(cand.code_hash)
+                outcome.candidates.append(cand)
 
     def _solved_train(self, outcome: TaskOutcome) -> int:
         return sum(bool(c.train_correct) and all(c.train_correct) for c in outcome.candidates)
@@ -153,8 +163,10 @@ class SoarSearch:
     async def search_task(self, task: ArcTask) -> TaskOutcome:
         cfg = self.cfg
         visible = task.without_answers()  # prompts never see test outputs
+        seen = self.archive.marks(self._key(task.id, "seen"))  # code_hash -> seq, this iteration
         prior = [Candidate.from_record(r) for r in self.archive.get_task(task.id)]
-        mine = sorted((c for c in prior if c.iteration == self.iteration), key=lambda c: c.extra.get("seq", 0))
+        mine = sorted((replace(c, extra=c.extra | {"seq": seen[c.code_hash]}) for c in prior if c.code_hash in seen),
+                      key=lambda c: c.extra["seq"])
         sampled, refined, no_code = self.archive.counters(
             [self._key(task.id, "sampled"), self._key(task.id, "refined"), self._key(task.id, "no_code")])
         outcome = TaskOutcome(task.id, mine, sampled, refined, no_code, 0, 0, [], 0)

@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from common.config import dump_yaml, load_config, to_dict
 from evolution.filters import FilterConfig
+from evolution.hindsight import HindsightConfig
 from evolution.search import SearchConfig
 from evolution.voting import VoteConfig
 from search.pool import PoolConfig
@@ -56,9 +57,22 @@ class VerifierConfig:
 
 
 @dataclass
+class LearnConfig:
+    from_base: bool = True  # each iteration fine-tunes the base model on all data so far (the paper); False: the previous one
+    lora: bool = False  # LoRA adapters (merged into the saved checkpoint) instead of full fine-tuning
+    max_steps: int = 200  # SFT steps per iteration
+    learning_rate: float = 1e-3
+    batch_size: int = 16
+    max_length: int = 2048  # tokens per training sequence
+    hindsight: HindsightConfig = field(default_factory=HindsightConfig)
+
+
+@dataclass
 class SoarConfig:
     experiment: str = "soar"  # Redis namespace; the same name resumes
     runs_dir: str = "runs"
+    storage_path: str = ""  # checkpoints and datasets; every node must read it (default: the run dir)
+    iterations: int = 1  # searches; a learning step (hindsight SFT) runs between consecutive ones
     tasks: TaskSetConfig = field(default_factory=TaskSetConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     search: SearchConfig = field(default_factory=SearchConfig)
@@ -66,6 +80,7 @@ class SoarConfig:
     verifier: VerifierConfig = field(default_factory=VerifierConfig)
     filters: FilterConfig = field(default_factory=FilterConfig)
     vote: VoteConfig = field(default_factory=VoteConfig)
+    learn: LearnConfig = field(default_factory=LearnConfig)
     curve_budgets: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6000])
     render_tasks: int = 6  # PNG renderings of this many tasks with their attempts
 
@@ -144,6 +159,49 @@ async def search_iteration(cfg: SoarConfig, store, tasks, sampler_pool, verifier
     return {"entry": entry, "rows": rows, "outcomes": outcomes}
 
 
+async def learn(cfg: SoarConfig, store, tasks, base, current, iteration: int, storage: Path):
+    """Hindsight data from the archive -> SFT (a Ray task, GPU if any) -> a new current version.
+
+    The version is published with the note "iteration N"; a restarted job finds it and
+    skips the training it already did.
+    """
+    from datasets import Dataset
+
+    from evolution.hindsight import build_rows
+    from evolution.records import Candidate
+    from training.checkpoints import publish
+    from training.sft import SFTJobConfig, train_sft_remote
+
+    note = f"iteration {iteration + 1}"
+    done = next((m for m in store.models(cfg.experiment).list() if m.note == note), None)
+    if done is not None:
+        print(f"{note}: reusing {done.version} (trained before a restart)", flush=True)
+        return done, {}
+    archive = store.archive(cfg.experiment)
+    cands = {tid: [Candidate.from_record(r) for r in archive.get_task(tid)] for tid in tasks}
+    hcfg = cfg.learn.hindsight
+    hcfg.prompt_style = cfg.search.prompt_style
+    rows, counts = build_rows(tasks, cands, hcfg, iteration)
+    if not rows:
+        print(f"{note}: no hindsight data (no program ran cleanly); keeping {current.version}", flush=True)
+        return current, counts | {"rows": 0}
+    data_dir = storage / "data" / f"it{iteration}"
+    Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]).save_to_disk(str(data_dir))
+    start = base if cfg.learn.from_base else current
+    sft = SFTJobConfig(
+        model_path=start.checkpoint, output_dir=str((storage / "checkpoints" / f"it{iteration + 1}").resolve()),
+        max_steps=cfg.learn.max_steps, learning_rate=cfg.learn.learning_rate,
+        per_device_train_batch_size=cfg.learn.batch_size, max_length=cfg.learn.max_length, lora=cfg.learn.lora,
+        disable_tqdm=True, quiet=True, seed=iteration,
+    )
+    print(f"{note}: SFT on {len(rows)} hindsight rows ({counts}) from {start.version} ...", flush=True)
+    result = await train_sft_remote(sft, str(data_dir.resolve()))
+    metrics = result.metrics | counts | {"rows": len(rows), "dataset": str(data_dir)}
+    mv = publish(store, cfg.experiment, result.checkpoint, parent=current.version, metrics=metrics, note=note)
+    store.events(cfg.experiment).emit("published", version=mv.version, iteration=iteration + 1)
+    return mv, counts | {"rows": len(rows)}
+
+
 def write_outputs(cfg: SoarConfig, run_dir: Path, tasks, results: list[dict[str, Any]]) -> dict[str, Any]:
     from evolution.report import plot_curve, plot_iterations, render_task
 
@@ -195,8 +253,9 @@ async def run_async(cfg: SoarConfig) -> dict[str, Any]:
     store.experiments.create(cfg.experiment, "soar", to_dict(cfg), exist_ok=True)
     store.experiments.set_status(cfg.experiment, "running")
     tasks = load_tasks(cfg.tasks)
-    version = resolve_model(cfg, store, list(tasks))
-    print(f"{len(tasks)} tasks; model {version.version} = {version.checkpoint}", flush=True)
+    resolve_model(cfg, store, list(tasks))
+    version = base = store.models(cfg.experiment).list()[0]  # iteration 0 always searches with the base
+    print(f"{len(tasks)} tasks; base model {base.version} = {base.checkpoint}", flush=True)
 
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False)
@@ -204,10 +263,20 @@ async def run_async(cfg: SoarConfig) -> dict[str, Any]:
     sampler_pool = SamplerPool(cfg.sampler, checkpoint=version.checkpoint, version=version.version)
     verifier_pool = ArcVerifierPool(actors=cfg.verifier.actors, workers_per_actor=cfg.verifier.workers_per_actor,
                                     allowed_modules=(ARC_DSL,), use_cache=cfg.verifier.use_cache)
+    storage = Path(cfg.storage_path) if cfg.storage_path else run_dir
+    results = []
     try:
         await sampler_pool.ready()
-        result = await search_iteration(cfg, store, tasks, sampler_pool, verifier_pool, version, iteration=0)
-        summary = write_outputs(cfg, run_dir, tasks, [result])
+        for it in range(cfg.iterations):
+            if it > 0:
+                version, data_counts = await learn(cfg, store, tasks, base, version, it - 1, storage)
+                if sampler_pool.version != version.version:
+                    await sampler_pool.load(version.version)
+            result = await search_iteration(cfg, store, tasks, sampler_pool, verifier_pool, version, iteration=it)
+            if it > 0:
+                result["entry"]["hindsight"] = data_counts
+            results.append(result)
+            summary = write_outputs(cfg, run_dir, tasks, results)  # after every search: nothing lost
     except BaseException:
         store.experiments.set_status(cfg.experiment, "failed")
         raise
@@ -229,9 +298,11 @@ def run(cfg: SoarConfig) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m ray_jobs.soar", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default=None, help="YAML of overrides (configs/soar-demo.yaml)")
+    parser.add_argument("--iterations", type=int, default=None, help="searches, with hindsight SFT between them")
     parser.add_argument("overrides", nargs="*", help="field=value overrides, e.g. search.samples_per_task=64")
     args = parser.parse_args(argv)
-    run(load_config(args.config, SoarConfig, args.overrides))
+    overrides = args.overrides + ([f"iterations={args.iterations}"] if args.iterations is not None else [])
+    run(load_config(args.config, SoarConfig, overrides))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """Candidate archive: every distinct program (or response) sampled for a task, with metadata.
 
 Dedup is by normalized code hash per task; code text is stored once per hash for the whole
-experiment, records hold only the hash. `seen` counts every sample, duplicates included, so
-budgets count what was drawn, not what was new.
+experiment, records hold only the hash. Sample counters count every record, duplicates
+included (per task, and per task and `kind`), so budgets count what was drawn, not what was
+new. A batch and its counters are written in one MULTI/EXEC: a job killed at any moment
+either archived the whole batch and counted it, or neither.
 """
 
 from __future__ import annotations
@@ -23,18 +25,25 @@ class CandidateArchive:
         self.experiment = experiment
         self._code = keys.exp(experiment, "code")
         self._tasks = keys.exp(experiment, "tasks")
-        self._samples = keys.exp(experiment, "samples")  # task -> samples drawn (dups included)
+        self._samples = keys.exp(experiment, "samples")  # task[:kind] -> samples drawn (dups included)
+        self._counters = keys.exp(experiment, "counters")  # caller-defined counters (e.g. refinements per parent)
 
     def _cands(self, task_id: str) -> str:
         return keys.exp(self.experiment, "cands", task_id)
 
-    def add_many(self, records: Sequence[dict[str, Any]]) -> list[bool]:
-        """Archive records (each with "task_id" and "code"; other fields are kept as metadata).
+    def add_many(self, records: Sequence[dict[str, Any]], counters: dict[str, int] | None = None,
+                  marks: dict[str, dict[str, int]] | None = None) -> list[bool]:
+        """Archive records (each with "task_id" and "code"; other fields are kept as metadata),
+        add `counters` (name -> amount) to the experiment's counters, and set `marks`
+        (name -> {code_hash: value}, first value wins), atomically.
 
-        One pipelined round trip for the whole batch. Returns, per record, whether it was new
-        for its task (False: the same normalized program was already archived there).
+        Marks say which programs a scope (e.g. one search iteration) saw, whether or not an
+        earlier scope archived them first.
+
+        One round trip for the whole batch. Returns, per record, whether it was new for its
+        task (False: the same normalized program was already archived there).
         """
-        pipe = self.client.pipeline(transaction=False)
+        pipe = self.client.pipeline(transaction=True)
         for rec in records:
             if "task_id" not in rec or "code" not in rec:
                 raise ValueError(f"archive record needs 'task_id' and 'code'; got keys {sorted(rec)}")
@@ -43,9 +52,26 @@ class CandidateArchive:
             pipe.hsetnx(self._code, h, rec["code"])
             pipe.hsetnx(self._cands(rec["task_id"]), h, dumps(meta))
             pipe.hincrby(self._samples, rec["task_id"], 1)
+            pipe.hincrby(self._samples, f"{rec['task_id']}:{rec.get('kind', 'sample')}", 1)
             pipe.sadd(self._tasks, rec["task_id"])
+        for name, amount in (counters or {}).items():
+            pipe.hincrby(self._counters, name, amount)
+        for name, values in (marks or {}).items():
+            for h, value in values.items():
+                pipe.hsetnx(keys.exp(self.experiment, "marks", name), h, value)
         results = pipe.execute()
-        return [bool(results[4 * i + 1]) for i in range(len(records))]
+        return [bool(results[5 * i + 1]) for i in range(len(records))]
+
+    def marks(self, name: str) -> dict[str, int]:
+        """code_hash -> value of one mark (see add_many)."""
+        raw = self.client.hgetall(keys.exp(self.experiment, "marks", name))
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    def counters(self, names: Sequence[str]) -> list[int]:
+        """Current values of caller-defined counters (0 when never incremented)."""
+        if not names:
+            return []
+        return [int(v or 0) for v in self.client.hmget(self._counters, list(names))]
 
     def get_task(self, task_id: str, with_code: bool = True) -> list[dict[str, Any]]:
         """All distinct candidates of a task, in no particular order."""
@@ -66,9 +92,9 @@ class CandidateArchive:
         """Distinct candidates archived for the task."""
         return int(self.client.hlen(self._cands(task_id)))
 
-    def samples(self, task_id: str) -> int:
-        """Samples drawn for the task, duplicates included (what budgets count)."""
-        return int(self.client.hget(self._samples, task_id) or 0)
+    def samples(self, task_id: str, kind: str | None = None) -> int:
+        """Samples drawn for the task (of one kind, if given), duplicates included: what budgets count."""
+        return int(self.client.hget(self._samples, task_id if kind is None else f"{task_id}:{kind}") or 0)
 
     def counts(self) -> dict[str, dict[str, int]]:
         """Per task: distinct candidates and samples drawn."""

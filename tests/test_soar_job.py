@@ -34,24 +34,37 @@ def job_overrides(model: str, runs_dir: Path, experiment: str) -> list[str]:
     ]
 
 
-def test_soar_job_writes_the_run_directory(ray_local, store, soar_model, tmp_path, experiment_name):
-    cfg = load_config("configs/soar-demo.yaml", SoarConfig, job_overrides(soar_model, tmp_path, experiment_name))
+def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_model, tmp_path, experiment_name):
+    """Two iterations: search with v0, hindsight SFT as a Ray task, v1 published and loaded
+    by the sampler pool, search again; then a rerun resumes without redoing anything."""
+    overrides = job_overrides(soar_model, tmp_path, experiment_name) + [
+        "iterations=2", "learn.max_steps=5", "learn.batch_size=4",
+        "filters.refine_ignores=[error,invalid_grid]",  # the test model is barely trained
+    ]
+    cfg = load_config("configs/soar-demo.yaml", SoarConfig, overrides)
     summary = run(cfg)
     run_dir = tmp_path / experiment_name
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "report.md", "curve.png", f"task-{TASK_IDS[0]}.png"):
         assert (run_dir / name).exists(), name
-    entry = json.loads((run_dir / "summary.json").read_text())["iterations"][0]
-    assert ITERATION_FIELDS <= set(entry)
-    assert entry["tasks"] == 2 and entry["programs"] == 2 * 8 + sum(
-        json.loads(line)["programs"] - 8 for line in (run_dir / "metrics.jsonl").read_text().splitlines())
-    assert [p["n"] for p in entry["curve"]] == [1, 4, 12]
-    assert 0 <= entry["solved"] <= entry["oracle"] + 1e-9 <= 2
-    assert 0 < entry["sampler_busy_frac"] <= 1.0
-    assert summary == json.loads((run_dir / "summary.json").read_text())
+    entries = json.loads((run_dir / "summary.json").read_text())["iterations"]
+    assert summary["iterations"] == entries and [e["iteration"] for e in entries] == [0, 1]
+    for entry in entries:
+        assert ITERATION_FIELDS <= set(entry)
+        assert entry["tasks"] == 2 and entry["programs"] == 2 * (8 + 4)
+        assert [p["n"] for p in entry["curve"]] == [1, 4, 12]
+        assert 0 <= entry["solved"] <= entry["oracle"] + 1e-9 <= 2
+        assert 0 < entry["sampler_busy_frac"] <= 1.0
+    models = store.models(experiment_name).list()
+    if entries[1]["hindsight"]["rows"]:  # programs ran cleanly: a new model searched iteration 1
+        assert [m.version for m in models] == ["v0", "v1"] and models[1].note == "iteration 1"
+        assert entries[1]["model_version"] == "v1" and models[1].parent == "v0"
+        assert (run_dir / "data" / "it0").exists()
+    assert entries[0]["model_version"] == "v0"
     assert store.experiments.get(experiment_name).status == "done"
-    # a second run resumes from the store: the budget is spent, nothing is sampled again
+    # a rerun resumes from the store: budgets spent, the model already trained, nothing redone
     again = run(cfg)
-    assert again["iterations"][0]["programs"] == entry["programs"]
+    assert [e["programs"] for e in again["iterations"]] == [e["programs"] for e in entries]
+    assert store.models(experiment_name).list() == models
 
 
 @pytest.mark.slow
