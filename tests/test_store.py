@@ -79,11 +79,15 @@ def test_archive_dedups_by_normalized_code_and_stores_code_once(store: Store, ex
     new = archive.add_many([
         {"task_id": "t1", "code": prog, "model_version": "v0"},
         {"task_id": "t1", "code": same, "model_version": "v0"},
-        {"task_id": "t1", "code": other, "model_version": "v0"},
+        {"task_id": "t1", "code": other, "model_version": "v0", "kind": "refine"},
         {"task_id": "t2", "code": prog, "model_version": "v1"},
-    ])
+    ], counters={"refined:t1:abc": 1}, marks={"it1:t1": {"h1": 4}})
     assert new == [True, False, True, True]
     assert archive.count("t1") == 2 and archive.samples("t1") == 3
+    assert archive.samples("t1", "sample") == 2 and archive.samples("t1", "refine") == 1
+    assert archive.counters(["refined:t1:abc", "never"]) == [1, 0]
+    archive.add_many([], marks={"it1:t1": {"h1": 9, "h2": 5}})  # first value wins
+    assert archive.marks("it1:t1") == {"h1": 4, "h2": 5}
     assert archive.counts() == {"t1": {"distinct": 2, "samples": 3}, "t2": {"distinct": 1, "samples": 1}}
     t2 = archive.get_task("t2")
     assert t2[0]["code"] == prog and t2[0]["model_version"] == "v1"
