@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import shutil
 import time
@@ -138,7 +139,7 @@ def save_trained(trainer, tokenizer, output_dir: str, metrics: dict[str, Any], s
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     metrics = {**metrics, "wall_s": round(time.time() - started, 3)}
-    (tmp / "ratchet_train_metrics.json").write_text(__import__("json").dumps(metrics, indent=2))
+    (tmp / "ratchet_train_metrics.json").write_text(json.dumps(metrics, indent=2))
     final.parent.mkdir(parents=True, exist_ok=True)
     return TrainResult(str(finalize_checkpoint(tmp, final)), metrics)
 
@@ -153,6 +154,25 @@ def train_metrics(train_output, trainer) -> dict[str, Any]:
         "train_runtime_s": train_output.metrics.get("train_runtime"),
         "samples_per_s": train_output.metrics.get("train_samples_per_second"),
     }
+
+
+def run_trainer(trainer_cls, cfg, data, columns: tuple[str, ...], callbacks: list | None,
+                extra_metrics: dict[str, Any]) -> TrainResult:
+    """The one training flow of every method: check, load, train in a scratch dir, save atomically."""
+    started = time.time()
+    check_fields(cfg)
+    dataset = as_dataset(data, columns)
+    set_threads(cfg)
+    model, tokenizer = load_model(cfg.model_path)
+    with scratch_run(cfg) as run_cfg:
+        trainer = trainer_cls(
+            model=model, args=run_cfg, train_dataset=dataset, processing_class=tokenizer,
+            peft_config=lora_config(cfg), callbacks=callbacks,
+        )
+        quiet_down(trainer, cfg)
+        output = trainer.train()
+        metrics = train_metrics(output, trainer) | {"examples": len(dataset)} | extra_metrics
+        return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)
 
 
 def gpu_options() -> dict[str, Any]:

@@ -9,27 +9,13 @@ base with adapters disabled). `train_dpo_remote` runs it as a Ray task.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from datasets import Dataset
 from trl import DPOConfig, DPOTrainer
 
-from training.common import (
-    RatchetTrainFields,
-    TrainResult,
-    as_dataset,
-    check_fields,
-    gpu_options,
-    load_model,
-    lora_config,
-    quiet_down,
-    save_trained,
-    scratch_run,
-    set_threads,
-    train_metrics,
-)
+from training.common import RatchetTrainFields, TrainResult, gpu_options, run_trainer
 
 DPO_COLUMNS = ("prompt", "chosen", "rejected")
 
@@ -43,20 +29,7 @@ def train_dpo(
     cfg: DPOJobConfig, data: Dataset | list[dict[str, Any]] | str, callbacks: list | None = None
 ) -> TrainResult:
     """Preference-tune cfg.model_path on prompt/chosen/rejected pairs; returns the checkpoint."""
-    started = time.time()
-    check_fields(cfg)
-    dataset = as_dataset(data, DPO_COLUMNS)
-    set_threads(cfg)
-    model, tokenizer = load_model(cfg.model_path)
-    with scratch_run(cfg) as run_cfg:
-        trainer = DPOTrainer(
-            model=model, args=run_cfg, train_dataset=dataset, processing_class=tokenizer,
-            peft_config=lora_config(cfg), callbacks=callbacks,
-        )
-        quiet_down(trainer, cfg)
-        output = trainer.train()
-        metrics = train_metrics(output, trainer) | {"examples": len(dataset), "method": "dpo", "beta": cfg.beta}
-        return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)
+    return run_trainer(DPOTrainer, cfg, data, DPO_COLUMNS, callbacks, {"method": "dpo", "beta": cfg.beta})
 
 
 def train_dpo_remote(cfg: DPOJobConfig, data: Dataset | list[dict[str, Any]] | str):

@@ -11,27 +11,13 @@ checkpoint is a plain Hugging Face dir (LoRA merged), so every engine can load i
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
-from training.common import (
-    RatchetTrainFields,
-    TrainResult,
-    as_dataset,
-    check_fields,
-    gpu_options,
-    load_model,
-    lora_config,
-    quiet_down,
-    save_trained,
-    scratch_run,
-    set_threads,
-    train_metrics,
-)
+from training.common import RatchetTrainFields, TrainResult, gpu_options, run_trainer
 
 SFT_COLUMNS = ("prompt", "completion")
 
@@ -47,20 +33,7 @@ def train_sft(
     cfg: SFTJobConfig, data: Dataset | list[dict[str, Any]] | str, callbacks: list | None = None
 ) -> TrainResult:
     """Fine-tune cfg.model_path on prompt/completion data; returns the saved checkpoint."""
-    started = time.time()
-    check_fields(cfg)
-    dataset = as_dataset(data, SFT_COLUMNS)
-    set_threads(cfg)
-    model, tokenizer = load_model(cfg.model_path)
-    with scratch_run(cfg) as run_cfg:
-        trainer = SFTTrainer(
-            model=model, args=run_cfg, train_dataset=dataset, processing_class=tokenizer,
-            peft_config=lora_config(cfg), callbacks=callbacks,
-        )
-        quiet_down(trainer, cfg)
-        output = trainer.train()
-        metrics = train_metrics(output, trainer) | {"examples": len(dataset), "method": "sft"}
-        return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)
+    return run_trainer(SFTTrainer, cfg, data, SFT_COLUMNS, callbacks, {"method": "sft"})
 
 
 def train_sft_remote(cfg: SFTJobConfig, data: Dataset | list[dict[str, Any]] | str):
