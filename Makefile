@@ -11,7 +11,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup setup-gpu system-packages demo demo-soar test test-all bench lint redis-down clean
+.PHONY: setup setup-gpu system-packages demo demo-soar demo-scaling test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -46,6 +46,10 @@ demo: setup
 # SOAR on the demo tasks with the tiny seed model (built on first use, then cached).
 demo-soar: setup
 	$(PY) -m ray_jobs.soar --config configs/soar-demo.yaml --iterations 2
+
+# Scaling curves of sampling-based search with self-verification on arithmetic word problems.
+demo-scaling: setup
+	$(PY) -m ray_jobs.scaling --config configs/scaling-demo.yaml
 
 test: setup
 	$(PY) -m pytest

@@ -17,6 +17,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "serve": "ray_jobs.serve",
     "soar": "ray_jobs.soar",
+    "scaling": "ray_jobs.scaling",
     "sft-demo": "ray_jobs.sft_demo",
 }
 

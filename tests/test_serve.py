@@ -170,6 +170,23 @@ def test_service_rejects_bad_input_and_keeps_serving(service):
     assert engine.generate(["map 4 =>"], SamplingParams(temperature=0, max_tokens=4))[0][0].text == expected("map 4 =>")
 
 
+def test_chat_search_extension_answers_with_the_selected_candidate(service):
+    """Any OpenAI client gets test-time search: k candidates, self-verification, one answer."""
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "map 3 1 4 =>"}], "max_tokens": 6,
+            "temperature": 1.0, "seed": 3,
+            "search": {"k": 4, "verify": 2, "k_tie": 2, "verify_max_tokens": 8, "style": "compact",
+                       "return_candidates": True}}
+    r = httpx.post(f"{service}/chat/completions", headers=AUTH, json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert len(out["choices"]) == 1 and len(out["search"]["candidates"]) == 4
+    chosen = out["search"]["candidates"][out["search"]["index"]]
+    assert out["choices"][0]["message"]["content"] == chosen["text"]
+    assert out["usage"]["completion_tokens"] >= 4  # candidates and verdicts all count
+    bad = httpx.post(f"{service}/chat/completions", headers=AUTH, json=body | {"search": {"k": 0}})
+    assert bad.status_code == 400 and "search.k" in bad.json()["error"]["message"]
+
+
 def test_cli_parses_serve_arguments(monkeypatch):
     from ray_jobs.serve import parse
 

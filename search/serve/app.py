@@ -112,8 +112,26 @@ def build_app(backend: Backend, *, model_name: str, api_key: str | None = None,
         check_model(req.model)
         max_tokens = next((m for m in (req.max_completion_tokens, req.max_tokens) if m is not None), chat_max_tokens)
         messages = [m.model_dump() for m in req.messages]
+        if req.search is not None:
+            return await searched_chat(req, messages, max_tokens)
         rows = await sample([messages], params_or_400(req, max_tokens))
         return chat_response(model_name, rows)
+
+    async def searched_chat(req: ChatCompletionRequest, messages: list[dict], max_tokens: int) -> dict[str, Any]:
+        """Sampling-based search with self-verification: k candidates, verdicts, one answer."""
+        from search.service_search import SearchOptions, search_and_select
+
+        try:
+            options = SearchOptions.from_request(req.search)
+        except (TypeError, ValueError) as e:
+            raise APIError(400, str(e), param="search") from e
+        result = await search_and_select(sample, messages, options=options, params=params_or_400(req, max_tokens))
+        body = chat_response(model_name, [[result.completion]])
+        body["usage"]["completion_tokens"] = result.completion_tokens  # candidates, verdicts, comparisons
+        body["usage"]["total_tokens"] = body["usage"]["prompt_tokens"] + result.completion_tokens
+        if req.search.get("return_candidates"):
+            body["search"] = result.to_dict()
+        return body
 
     @app.get("/health")
     async def health() -> dict[str, str]:

@@ -53,6 +53,8 @@ class ChatCompletionRequest(_SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
     max_completion_tokens: int | None = None  # OpenAI's newer name for max_tokens
+    # ratchet's extension: test-time search, e.g. {"k": 16, "verify": 8, "return_candidates": true}
+    search: dict[str, Any] | None = None
 
 
 def _usage(rows: list[list[Completion]]) -> dict[str, int]:
