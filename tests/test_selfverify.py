@@ -69,6 +69,10 @@ def test_full_prompts_ask_for_rewrite_scan_and_verdict():
     ("The final answer is 42.", "42"),
     ("we get 3 and then 17", "17"),
     ("no numbers here", None),
+    # regression: a cue with nothing after it crashed the scaling demo (IndexError)
+    ("Answer:\n\n", None),
+    ("Answer: ", None),
+    ("x=3 Answer:", "3"),
 ])
 def test_extract_answer(text, answer):
     assert extract_answer(text) == answer

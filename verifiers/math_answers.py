@@ -24,7 +24,7 @@ from typing import Any
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 _TIMEOUT_S = 5
 
-_ANSWER_LINE = re.compile(r"(?:final answer|answer)\s*(?:is|:|=)?\s*[:=]?\s*(.+)", re.IGNORECASE)
+_ANSWER_LINE = re.compile(r"(?:final answer|answer)\s*(?:is\b|[:=])?\s*([^\s:=].*)", re.IGNORECASE)
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)*(?:/\d+)?")
 
 
@@ -55,8 +55,8 @@ def extract_answer(text: str, *, last_number_fallback: bool = True) -> str | Non
         return boxed
     matches = list(_ANSWER_LINE.finditer(text))
     if matches:
-        ans = matches[-1].group(1).strip().splitlines()[0].strip()
-        ans = ans.rstrip(".").strip().strip("$").strip()
+        lines = matches[-1].group(1).strip().splitlines()
+        ans = lines[0].strip().rstrip(".").strip().strip("$").strip() if lines else ""
         if ans:
             return ans
     if last_number_fallback:
