@@ -35,12 +35,12 @@ from evolution.prompts import (
 from evolution.records import Candidate
 from evolution.rex import RexConfig, balanced_pool, choose_parents
 from evolution.voting import VoteConfig, vote
-from search.types import Completion, SamplingParams
+from search.types import Completion, Generate, SamplingParams
 from store.archive import CandidateArchive
 from verifiers.arc.grids import ArcTask
 from verifiers.arc.results import ProgramResult
 
-Sampler = Callable[[Sequence[str], SamplingParams], Awaitable[list[list[Completion]]]]
+Sampler = Generate
 Verifier = Callable[[ArcTask, Sequence[str]], Awaitable[list[ProgramResult]]]
 
 

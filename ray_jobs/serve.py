@@ -1,7 +1,7 @@
 """`ratchet serve`: an OpenAI-compatible endpoint (Ray Serve + SamplerPool) for a checkpoint.
 
     # local: a checkpoint dir, or a registry version of an experiment
-    ratchet serve --model ~/.ratchet/models/seed-tiny-XXXX --port 8000
+    ratchet serve --model ~/.ratchet/models/seed-tiny-<hash> --port 8000
     RATCHET_API_KEY=sekret ratchet serve --experiment demo --version v2 --api-key-env RATCHET_API_KEY
     curl localhost:8000/v1/completions -H 'Content-Type: application/json' \
         -d '{"prompt": "map 3 1 4 =>", "n": 4, "max_tokens": 8}'

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from search.types import Completion, Prompt, SamplingParams
+from search.types import Generate, SamplingParams
 from store.keys import exp
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent
 from verifiers.selfverify import (
@@ -35,7 +35,6 @@ from verifiers.selfverify import (
     verify_prompt,
 )
 
-Generate = Callable[[Sequence[Prompt], SamplingParams], Awaitable[list[list[Completion]]]]
 PHASES = ("candidates", "verdicts", "comparisons")
 
 

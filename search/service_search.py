@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from search.types import Completion, Prompt, SamplingParams
+from search.types import Completion, Generate, Prompt, SamplingParams
 from verifiers.math_answers import extract_answer, group_answers
 from verifiers.selfverify import (
     compare_prompt,
@@ -31,8 +30,6 @@ from verifiers.selfverify import (
     verdict_code,
     verify_prompt,
 )
-
-Generate = Callable[[Sequence[Prompt], SamplingParams], Awaitable[list[list[Completion]]]]
 
 
 @dataclass

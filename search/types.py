@@ -7,7 +7,7 @@ produced it (DESIGN: every completion records its model version).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -123,3 +123,7 @@ def context_error(prompt_index: int, prompt_tokens: int, max_tokens: int, contex
         f"{prompt_tokens + max_tokens} exceeds the model's maximum context length of {context} tokens; "
         "shorten the prompt or lower max_tokens"
     )
+
+
+# Any async sampler: SamplerPool.submit/generate, or an engine's generate run in a thread.
+Generate = Callable[[Sequence[Prompt], SamplingParams], Awaitable[list[list["Completion"]]]]
