@@ -68,6 +68,16 @@ class LearnConfig:
 
 
 @dataclass
+class ControlsConfig:
+    random_prior: bool = False  # also search with random DSL programs (no model), same budget
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # sampling seeds per control
+
+    def __post_init__(self):
+        if not self.seeds:
+            raise ValueError("controls.seeds must name at least one sampling seed")
+
+
+@dataclass
 class SoarConfig:
     experiment: str = "soar"  # Redis namespace; the same name resumes
     runs_dir: str = "runs"
@@ -81,6 +91,7 @@ class SoarConfig:
     filters: FilterConfig = field(default_factory=FilterConfig)
     vote: VoteConfig = field(default_factory=VoteConfig)
     learn: LearnConfig = field(default_factory=LearnConfig)
+    controls: ControlsConfig = field(default_factory=ControlsConfig)
     curve_budgets: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6000])
     render_tasks: int = 6  # PNG renderings of this many tasks with their attempts
 
@@ -202,7 +213,32 @@ async def learn(cfg: SoarConfig, store, tasks, base, current, iteration: int, st
     return mv, counts | {"rows": len(rows)}
 
 
-def write_outputs(cfg: SoarConfig, run_dir: Path, tasks, results: list[dict[str, Any]]) -> dict[str, Any]:
+async def random_prior_control(cfg: SoarConfig, store, tasks, verifier_pool) -> dict[str, Any]:
+    """The random-program prior through the same search and budget, once per seed."""
+    from dataclasses import replace
+
+    from evolution import metrics
+    from evolution.backends import pool_verifier
+    from evolution.baselines import RANDOM_PRIOR, random_prior_sampler
+    from evolution.search import SoarSearch
+
+    if cfg.search.prompt_style != "compact":
+        raise ValueError("controls.random_prior needs search.prompt_style=compact (the DSL programs' prompts)")
+    solved, hit_rates = [], []
+    for seed in cfg.controls.seeds:
+        search = SoarSearch(replace(cfg.search, seed=seed), sampler=random_prior_sampler(tasks),
+                            verifier=pool_verifier(verifier_pool),
+                            archive=store.archive(f"{cfg.experiment}.random-prior.s{seed}"),
+                            model_version=RANDOM_PRIOR, filters=cfg.filters, vote_cfg=cfg.vote)
+        outcomes = await search.run(tasks)
+        rows = [metrics.task_row(tasks[t], outcomes[t], cfg.filters, cfg.vote) for t in tasks]
+        solved.append(sum(r["solved"] or 0.0 for r in rows))
+        hit_rates.append(metrics.hit_rate(outcomes))
+    return {"solved_seeds": solved, "hit_rate": sum(hit_rates) / len(hit_rates), "seeds": cfg.controls.seeds}
+
+
+def write_outputs(cfg: SoarConfig, run_dir: Path, tasks, results: list[dict[str, Any]],
+                  baselines: dict[str, Any] | None = None) -> dict[str, Any]:
     from evolution.report import plot_curve, plot_iterations, render_task
 
     entries = [r["entry"] for r in results]
@@ -211,6 +247,8 @@ def write_outputs(cfg: SoarConfig, run_dir: Path, tasks, results: list[dict[str,
             for row in r["rows"]:
                 f.write(json.dumps(row) + "\n")
     summary = {"experiment": cfg.experiment, "iterations": entries}
+    if baselines:
+        summary["baselines"] = baselines
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     plot_curve({f"it{e['iteration']} ({e['model_version']})": [(p["n"], p["solved"], p["oracle"]) for p in e["curve"]]
                 for e in entries}, len(tasks), run_dir / "curve.png", f"{cfg.experiment}: solved vs programs tried")
@@ -229,6 +267,10 @@ def write_outputs(cfg: SoarConfig, run_dir: Path, tasks, results: list[dict[str,
     for e in entries:
         lines.append(f"| {e['iteration']} | {e['model_version']} | {e['tasks']} | {e['solved']:.2f} | {e['oracle']:.2f} | "
                      f"{e['programs']} | {e['hit_rate']:.4f} | {e['sampler_busy_frac']:.2f} | {e['wall_s']} |")
+    if baselines and "random_prior" in baselines:
+        prior = baselines["random_prior"]
+        lines += ["", f"Random-program prior (no model, same budget), solved per seed {prior['seeds']}: "
+                  f"{prior['solved_seeds']}, hit rate {prior['hit_rate']:.4f}."]
     lines += ["", "![solved vs programs](curve.png)", ""]
     if len(entries) > 1:
         lines += ["![iterations](iterations.png)", ""]
@@ -277,6 +319,9 @@ async def run_async(cfg: SoarConfig) -> dict[str, Any]:
                 result["entry"]["hindsight"] = data_counts
             results.append(result)
             summary = write_outputs(cfg, run_dir, tasks, results)  # after every search: nothing lost
+        if cfg.controls.random_prior:
+            prior = await random_prior_control(cfg, store, tasks, verifier_pool)
+            summary = write_outputs(cfg, run_dir, tasks, results, {"random_prior": prior})
     except BaseException:
         store.experiments.set_status(cfg.experiment, "failed")
         raise

@@ -40,6 +40,7 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
     overrides = job_overrides(soar_model, tmp_path, experiment_name) + [
         "iterations=2", "learn.max_steps=5", "learn.batch_size=4",
         "filters.refine_ignores=[error,invalid_grid]",  # the test model is barely trained
+        "controls.random_prior=true", "controls.seeds=[0,1]",
     ]
     cfg = load_config("configs/soar-demo.yaml", SoarConfig, overrides)
     summary = run(cfg)
@@ -60,6 +61,9 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
         assert entries[1]["model_version"] == "v1" and models[1].parent == "v0"
         assert (run_dir / "data" / "it0").exists()
     assert entries[0]["model_version"] == "v0"
+    prior = summary["baselines"]["random_prior"]
+    assert len(prior["solved_seeds"]) == 2 and all(0 <= x <= 2 for x in prior["solved_seeds"])
+    assert "Random-program prior" in (run_dir / "report.md").read_text()
     assert store.experiments.get(experiment_name).status == "done"
     # a rerun resumes from the store: budgets spent, the model already trained, nothing redone
     again = run(cfg)
