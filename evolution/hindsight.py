@@ -42,6 +42,9 @@ class HindsightConfig:
     refinement_per_task: int = 10  # refinement pairs kept per task, balanced across parent bins
     iterations: Literal["all", "last"] = "all"  # archive iterations to learn from
     prompt_style: PromptStyle = "compact"
+    # Test-time training: among programs equally right on the train pairs, prefer those whose
+    # test outputs the weighted majority vote favours (the test answers are never seen).
+    vote_weighted: bool = False
     seed: int = 0
 
     def __post_init__(self):
@@ -72,10 +75,23 @@ def _distinct_outputs(cands: Iterable[Candidate]) -> list[Candidate]:
     return list(best.values())
 
 
-def select_programs(cands: Sequence[Candidate], cfg: HindsightConfig, rng: random.Random) -> list[Candidate]:
-    """Pick up to cfg.per_task clean programs of one task by the configured strategy."""
+def vote_weights(task: ArcTask, cands: Sequence[Candidate]) -> dict[str, float]:
+    """code_hash -> the vote weight of the group its test outputs belong to."""
+    from evolution.voting import vote
+
+    result = vote([c for c in cands if c.all_ok], task)
+    return {h: g.weight for g in result.groups for h in g.code_hashes}
+
+
+def select_programs(cands: Sequence[Candidate], cfg: HindsightConfig, rng: random.Random,
+                    weights: dict[str, float] | None = None) -> list[Candidate]:
+    """Pick up to cfg.per_task clean programs of one task by the configured strategy.
+
+    `weights` (code_hash -> vote weight) breaks ties in train accuracy before code length.
+    """
     pool = _distinct_outputs(c for c in cands if c.all_ok)
-    by_quality = sorted(pool, key=lambda c: (-c.train_accuracy, len(c.code), c.code_hash))
+    weights = weights or {}
+    by_quality = sorted(pool, key=lambda c: (-c.train_accuracy, -weights.get(c.code_hash, 0.0), len(c.code), c.code_hash))
     n = cfg.per_task
     if cfg.selection == "greedy":
         return by_quality[:n]
@@ -94,7 +110,8 @@ def select_programs(cands: Sequence[Candidate], cfg: HindsightConfig, rng: rando
 def sampling_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightConfig,
                   rng: random.Random) -> list[dict[str, str]]:
     rows = []
-    for c in select_programs(cands, cfg, rng):
+    weights = vote_weights(task, cands) if cfg.vote_weighted else None
+    for c in select_programs(cands, cfg, rng, weights):
         new = relabeled_task(task, c, rng)
         if new is not None:
             rows.append({"prompt": sampling_prompt(new, cfg.prompt_style),

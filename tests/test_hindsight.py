@@ -80,3 +80,25 @@ def test_refinement_rows_pair_parents_with_better_children(task, cands):
     assert counts["refine_rows"] == 1 and CODE_PREFIX + refine[0]["completion"] == child.code
     assert parent.code.strip() in refine[0]["prompt"]
     assert grid_text(task.test[0].output, "digits") not in refine[0]["prompt"]  # never the answer
+
+
+def test_vote_weighting_prefers_programs_the_majority_agrees_with(task):
+    """Test-time training: equally (in)accurate programs, ranked by their vote group's weight."""
+    test_a, test_b = ((1, 1),), ((2, 2),)
+    n = len(task.train)
+
+    def cand(code: str, tag: int, test) -> Candidate:
+        outs = tuple(((tag, k),) for k in range(n))  # distinct train outputs per program
+        return Candidate(task.id, code, code_hash(code), train_correct=(False,) * n, train_outputs=outs,
+                         test_outputs=(test,), all_ok=True)
+
+    codes = [f"def transform(grid):\n    return {i:02d}" for i in range(40)]
+    lone = min(codes, key=code_hash)  # the smallest hash wins plain ties: give it the lonely output
+    majority = [c for c in codes if c != lone][:2]
+    cands = [cand(lone, 9, test_b), cand(majority[0], 1, test_a), cand(majority[1], 2, test_a)]
+    plain = select_programs(cands, HindsightConfig(per_task=1, selection="greedy"), random.Random(0))
+    assert plain[0].code == lone
+    from evolution.hindsight import vote_weights
+    weighted = select_programs(cands, HindsightConfig(per_task=1, selection="greedy"), random.Random(0),
+                               vote_weights(task, cands))
+    assert weighted[0].code in majority
