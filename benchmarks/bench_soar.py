@@ -1,10 +1,14 @@
-"""SOAR search throughput on the demo tasks: sampler busy fraction, cache hits, programs/s.
+"""SOAR on the demo tasks: search throughput, and where an iteration's time goes.
 
     python -m benchmarks.bench_soar          # or: make bench
 
-Runs the soar job twice on local Ray with a quick seed model (cached under $RATCHET_HOME):
-the first run executes every distinct program, the second (a new experiment, the same
-tasks and seed) finds them in the execution cache. Both runs are measured here, now.
+Runs the soar job on local Ray with a quick seed model (cached under $RATCHET_HOME):
+- search twice: the first run executes every distinct program, the second (a new
+  experiment, the same tasks and seed) finds them in the execution cache;
+- two iterations (search, learn, search) with two sampler actors: time split into search,
+  hindsight dataset building and SFT, and the version switch (new checkpoint published ->
+  every actor serving it).
+All measured here, now, side by side.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from training.seed import SeedConfig, build_seed_model
 QUICK_SEED = SeedConfig(
     preset="tiny", corpus="evolution.seed_corpus:seed_corpus",
     corpus_kwargs={"max_chars": 500, "max_grid": 6, "max_steps": 1}, n=800, max_steps=80, batch_size=8,
-    max_length=1024, learning_rate=3e-3,
+    max_length=1024, learning_rate=3e-3, words="evolution.seed_corpus:program_words",
 )
+NO_CONTROLS = ["controls.measure_models=false", "controls.random_prior=false", "controls.seed_only=false"]
 
 
 def main() -> None:
@@ -38,7 +43,7 @@ def main() -> None:
         for attempt in ("cold", "warm"):
             cfg = load_config("configs/soar-demo.yaml", SoarConfig, [
                 f"experiment=bench-soar-{tag}-{attempt}", f"runs_dir={runs}", f"model.checkpoint={seed.path}",
-                "search.samples_per_task=32", "search.refinements_per_task=16", "render_tasks=0",
+                "search.samples_per_task=32", "search.refinements_per_task=16", "render_tasks=0", *NO_CONTROLS,
             ])
             e = run(cfg)["iterations"][0]
             executed = e["executions"] + e["cache_hits"]
@@ -48,6 +53,20 @@ def main() -> None:
             print(f"{attempt:5s} {e['tasks']:5d} {e['programs']:8d} {e['programs'] / e['wall_s']:7.1f} "
                   f"{e['sampler_busy_frac']:12.2f} {hit:9.2f} {e['solved']:6.2f}")
         print(f"(run dirs were in {Path(runs)}; goal: sampler busy >= 0.9)")
+
+        cfg = load_config("configs/soar-demo.yaml", SoarConfig, [
+            f"experiment=bench-soar-{tag}-learn", f"runs_dir={runs}", f"model.checkpoint={seed.path}",
+            "iterations=2", "search.samples_per_task=32", "search.refinements_per_task=16", "render_tasks=0",
+            "learn.max_steps=40", "sampler.num_actors=2", "sampler.num_cpus_per_actor=0.25", *NO_CONTROLS,
+        ])
+        entries = run(cfg)["iterations"]
+        print(f"\n{'iteration':9s} {'search s':>8s} {'dataset s':>9s} {'train s':>7s} {'switch s':>8s} {'rows':>5s}")
+        for e in entries:
+            t = e["timing"]
+            print(f"{e['iteration']:<9d} {t['search_s']:8.1f} {t.get('dataset_s', 0):9.1f} {t.get('train_s', 0):7.1f} "
+                  f"{t.get('switch_s', 0):8.2f} {e.get('hindsight', {}).get('rows', 0):5d}")
+        print("(switch: the new version published -> both sampler actors serving it; "
+              f"SFT {cfg.learn.max_steps} steps, batch {cfg.learn.batch_size})")
     ray.shutdown()
 
 

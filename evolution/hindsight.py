@@ -42,6 +42,7 @@ class HindsightConfig:
     refinement_per_task: int = 10  # refinement pairs kept per task, balanced across parent bins
     iterations: Literal["all", "last"] = "all"  # archive iterations to learn from
     prompt_style: PromptStyle = "compact"
+    max_prompt_chars: int | None = None  # as search.max_prompt_chars (set from it by the soar job)
     # Test-time training: among programs equally right on the train pairs, prefer those whose
     # test outputs the weighted majority vote favours (the test answers are never seen).
     vote_weighted: bool = False
@@ -136,7 +137,7 @@ def refinement_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightCon
             if q and len(picked) < cfg.refinement_per_task:
                 picked.append(q.pop())
     visible = task.without_answers()
-    return [{"prompt": refinement_prompt(visible, p, cfg.prompt_style),
+    return [{"prompt": refinement_prompt(visible, p, cfg.prompt_style, cfg.max_prompt_chars),
              "completion": completion_from_program(ch.code, cfg.prompt_style),
              "task_id": task.id, "kind": "refine", "train_accuracy_on_task": ch.train_accuracy}
             for p, ch in picked]

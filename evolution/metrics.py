@@ -50,8 +50,9 @@ def curve(tasks: dict[str, ArcTask], outcomes: dict[str, TaskOutcome], budgets: 
 
 
 def hit_rate(outcomes: dict[str, TaskOutcome]) -> float:
-    """Fraction of programs tried that are fully correct (train and test); duplicates count
-    once per distinct program, no-code completions count as misses."""
+    """Fraction of programs tried (completions drawn) that are fully correct, train and test:
+    a model that learned a task's program and writes it again and again scores each time;
+    completions with no program count as misses."""
     tried = sum(o.sampled + o.refined for o in outcomes.values())
-    hits = sum(c.fully_correct for o in outcomes.values() for c in o.candidates)
+    hits = sum(o.correct_samples for o in outcomes.values())
     return hits / tried if tried else 0.0

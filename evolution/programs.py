@@ -40,6 +40,24 @@ def render(program: Program) -> str:
     return "\n".join(lines)
 
 
+def body_regex(max_steps: int = 4, colours: Sequence[int] = range(10)) -> str:
+    """The grammar of a program body as `render` writes it (what compact prompts' completions
+    are): 1..max_steps primitive lines, each with its arity of colour arguments, then the return.
+    Sampling under it (SamplingParams.regex) makes every program parse with the right arity;
+    `colours` (a task's colours, as the random prior draws them) limits the arguments."""
+    import re
+
+    if not colours or any(not 0 <= c <= 9 for c in colours):
+        raise ValueError(f"colours {list(colours)} must be a non-empty set of ARC colours 0..9")
+    digit = "[" + "".join(str(c) for c in sorted(set(colours))) + "]"
+
+    by_arity: dict[int, list[str]] = {}
+    for name in PRIMITIVES:
+        by_arity.setdefault(COLOUR_ARGS[name], []).append(re.escape(name))
+    lines = [f"    grid = (?:{'|'.join(names)})\\(grid{(', ' + digit) * n}\\)\n" for n, names in sorted(by_arity.items())]
+    return f"(?:{'|'.join(lines)}){{1,{max_steps}}}    return grid\n"
+
+
 def run(program: Program, grid: Grid) -> Grid | None:
     """The program's output on grid, or None when it fails or breaks ARC's grid rules."""
     out = np.array(grid, dtype=np.int64)

@@ -77,24 +77,42 @@ def sampling_prompt(task: ArcTask, style: PromptStyle = "compact",
     return intro + shot + "# Puzzle to solve\n" + numpy_task(task.without_answers())
 
 
-def _feedback_lines(parent: Candidate, task: ArcTask, style: PromptStyle) -> list[str]:
+def _feedback_lines(parent: Candidate, task: ArcTask, style: PromptStyle, wrong_shown: int = MAX_WRONG_SHOWN,
+                    show_test: bool = True) -> list[str]:
     grid_style = "digits" if style == "compact" else "numpy"
     verdicts = " ".join("yes" if ok else "no" for ok in parent.train_correct)
     lines = [f"it solved {sum(parent.train_correct)} of {len(task.train)} train pairs: {verdicts}"]
-    wrong = [i for i, ok in enumerate(parent.train_correct) if not ok][:MAX_WRONG_SHOWN]
+    wrong = [i for i, ok in enumerate(parent.train_correct) if not ok][:wrong_shown]
     for i in wrong:
         out = parent.train_outputs[i] if i < len(parent.train_outputs) else None
         lines += [f"its output for pair {i + 1}:", "(error)" if out is None else grid_text(out, grid_style)]
-    for i, out in enumerate(parent.test_outputs, 1):
+    for i, out in enumerate(parent.test_outputs if show_test else (), 1):
         lines += [f"its output for test {i}:", "(error)" if out is None else grid_text(out, grid_style)]
     return lines
 
 
-def refinement_prompt(task: ArcTask, parent: Candidate, style: PromptStyle = "compact") -> str:
-    """Ask for an improved program given the parent and how it did."""
-    feedback = _feedback_lines(parent, task, style)
-    if style == "compact":
-        return compact_task(task) + "previous program\n" + parent.code.rstrip() + "\n" + "\n".join(feedback) + "\n" + REFINE_CUE
+def refinement_prompt(task: ArcTask, parent: Candidate, style: PromptStyle = "compact",
+                      max_chars: int | None = None) -> str:
+    """Ask for an improved program given the parent and how it did.
+
+    With `max_chars`, the parent's output grids are dropped (wrong train outputs first, then
+    test outputs) until the prompt fits: a small model's context is short and large tasks'
+    feedback would not fit it. The verdicts per train pair always stay.
+    """
+    if style != "compact":
+        return _numpy_refinement(task, parent)
+    head = compact_task(task) + "previous program\n" + parent.code.rstrip() + "\n"
+    prompt = ""
+    for wrong_shown, show_test in ((MAX_WRONG_SHOWN, True), (1, True), (0, True), (0, False)):
+        feedback = _feedback_lines(parent, task, style, wrong_shown, show_test)
+        prompt = head + "\n".join(feedback) + "\n" + REFINE_CUE
+        if max_chars is None or len(prompt) <= max_chars:
+            break
+    return prompt
+
+
+def _numpy_refinement(task: ArcTask, parent: Candidate) -> str:
+    feedback = _feedback_lines(parent, task, "numpy")
     intro = (
         "You are solving an ARC puzzle (grids of colours: " + COLOURS + "). Below is a program that "
         "tries to solve it, and how it did. Find the mistake and write a corrected `transform(grid)` "

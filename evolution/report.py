@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -71,21 +72,30 @@ def render_task(task: ArcTask, attempts: Sequence[Sequence[Grid]], path: Path, s
     plt.close(fig)
 
 
-def plot_iterations(rows: list[dict], path: Path) -> None:
-    """Solved tasks and correct-program rate per iteration (issue: learning curves)."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3.2))
+def _mean_std(values: Sequence[float]) -> tuple[float, float]:
+    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def plot_iterations(rows: list[dict], path: Path, baselines: dict[str, dict] | None = None) -> None:
+    """Solved tasks and fully-correct program rate per iteration, demo and held-out tasks,
+    mean and standard deviation over sampling seeds; controls as horizontal bands."""
+    panels = [("solved_seeds", "demo tasks solved"), ("heldout_solved_seeds", "held-out tasks solved"),
+              ("hit_rate_seeds", "demo: correct-program rate"), ("heldout_hit_rate_seeds", "held-out: correct-program rate")]
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
     its = [r["iteration"] for r in rows]
-    a.plot(its, [r["solved"] for r in rows], "-o", label="pass@2")
-    a.plot(its, [r["oracle"] for r in rows], "--o", label="oracle")
-    a.set_xlabel("iteration")
-    a.set_ylabel("tasks solved")
-    a.legend(fontsize=8)
-    b.plot(its, [r.get("hit_rate", 0.0) for r in rows], "-o", color="C2")
-    b.set_xlabel("iteration")
-    b.set_ylabel("fully-correct program rate")
-    for ax in (a, b):
-        ax.grid(alpha=0.3)
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        stats = [_mean_std(r.get(key) or [r.get("solved" if "solved" in key else "hit_rate", 0.0)]) for r in rows]
+        ax.errorbar(its, [m for m, _ in stats], yerr=[sd for _, sd in stats], fmt="-o", capsize=3, label="SOAR iterations")
+        for i, (name, b) in enumerate((baselines or {}).items(), 1):
+            if key in b:
+                m, sd = _mean_std(b[key])
+                ax.axhline(m, color=f"C{i}", ls="--", label=name.replace("_", " "))
+                ax.axhspan(m - sd, m + sd, color=f"C{i}", alpha=0.12)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("iteration")
         ax.set_xticks(its)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

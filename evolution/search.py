@@ -25,7 +25,7 @@ import numpy as np
 from evolution.dsl import __all__ as DSL_NAMES
 from evolution.extract import extract_code
 from evolution.filters import FilterConfig, keep_for_refinement, keep_for_voting
-from evolution.programs import PRELUDE
+from evolution.programs import PRELUDE, body_regex, colours
 from evolution.prompts import (
     PromptStyle,
     program_from_completion,
@@ -56,6 +56,10 @@ class SearchConfig:
     max_tokens: int = 1024  # per program
     stop: list[str] = field(default_factory=list)  # extra stop strings
     prompt_style: PromptStyle = "numpy"  # "compact" for the small seed models
+    # compact prompts: sample only bodies of the DSL's grammar (SamplingParams.regex), so every
+    # program parses and calls each primitive with its number of colour arguments
+    constrain: bool = False
+    max_prompt_chars: int | None = None  # compact refinement prompts drop feedback grids to fit (small contexts)
     one_shot: bool = True  # numpy style: show one solved example from another task
     rex_c: float = 20.0  # REX: theta ~ Beta(1 + C*h, 1 + C*(1-h) + N)
     pool_size: int = 64  # programs in the balanced refinement pool
@@ -78,6 +82,7 @@ class TaskOutcome:
     sampled: int  # completions drawn (sampling phase), across restarts
     refined: int  # completions drawn (refinement phase)
     no_code: int  # completions with no extractable program
+    correct_samples: int  # completions whose program is fully correct (duplicates count)
     executions: int  # programs run in a sandbox by this process
     cache_hits: int  # programs answered by the execution cache
     attempts: list[list]  # per test input: up to 2 grids (the vote)
@@ -102,15 +107,25 @@ class SoarSearch:
         self.examples = examples or {}
         self.on_progress = on_progress or (lambda task_id, n: None)
         self.sampler_wait_s = 0.0  # time requests spent in the sampler (summed over tasks)
+        if cfg.constrain and cfg.prompt_style != "compact":
+            raise ValueError("search.constrain needs prompt_style=compact (completions are DSL program bodies)")
 
     # --- counters kept in the store (budgets survive restarts) -----------------------------
     def _key(self, task_id: str, what: str) -> str:
         return f"it{self.iteration}:{what}:{task_id}"
 
-    def _params(self, n: int, salt: int) -> SamplingParams:
+    def _params(self, task: ArcTask, n: int, salt: int) -> SamplingParams:
         c = self.cfg
         return SamplingParams(n=n, temperature=c.temperature, top_p=c.top_p, min_p=c.min_p,
-                              max_tokens=c.max_tokens, stop=tuple(c.stop), seed=c.seed * 1_000_003 + salt)
+                              max_tokens=c.max_tokens, stop=tuple(c.stop), seed=c.seed * 1_000_003 + salt,
+                              regex=self._regex(task))
+
+    def _regex(self, task: ArcTask) -> str | None:
+        """The DSL grammar with the colours the task shows (None when unconstrained)."""
+        if not self.cfg.constrain:
+            return None
+        shown = [ex.input for ex in task.train + task.test] + [ex.output for ex in task.train]
+        return body_regex(colours=colours(shown))
 
     def _one_shot(self, task: ArcTask) -> tuple[ArcTask, str] | None:
         if not self.cfg.one_shot or self.cfg.prompt_style != "numpy":
@@ -132,17 +147,22 @@ class SoarSearch:
         results = await self.verifier(task, [code for code, _, _ in runnable]) if runnable else []
         records, cands, seen = [], [], {}
         seq = outcome.sampled + outcome.refined  # order tried: the curves' x-axis
+        correct = 0
         for (code, comp, parent), result in zip(runnable, results, strict=True):
             cand = Candidate.from_result(
                 result, code, kind=kind, parent=parent.code_hash if parent else None,
                 model_version=comp.model_version or self.model_version, iteration=self.iteration,
                 extra={"seq": seq},
             )
+            correct += cand.fully_correct
             outcome.executions += not result.cached
             outcome.cache_hits += result.cached
             records.append(cand.to_record())
             cands.append(cand)
             seen.setdefault(cand.code_hash, seq)
+        if correct:
+            counters = counters | {self._key(task.id, "correct"): correct}
+        outcome.correct_samples += correct
         # records, budget counters and this iteration's marks, in one transaction
         self.archive.add_many(records, counters, {self._key(task.id, "seen"): seen})
         known = {c.code_hash for c in outcome.candidates}
@@ -156,7 +176,7 @@ class SoarSearch:
 
     async def _sample(self, task: ArcTask, prompt: str, n: int, salt: int) -> list[Completion]:
         started = time.perf_counter()
-        rows = await self.sampler([prompt], self._params(n, salt))
+        rows = await self.sampler([prompt], self._params(task, n, salt))
         self.sampler_wait_s += time.perf_counter() - started
         return rows[0]
 
@@ -167,9 +187,9 @@ class SoarSearch:
         prior = [Candidate.from_record(r) for r in self.archive.get_task(task.id)]
         mine = sorted((replace(c, extra=c.extra | {"seq": seen[c.code_hash]}) for c in prior if c.code_hash in seen),
                       key=lambda c: c.extra["seq"])
-        sampled, refined, no_code = self.archive.counters(
-            [self._key(task.id, "sampled"), self._key(task.id, "refined"), self._key(task.id, "no_code")])
-        outcome = TaskOutcome(task.id, mine, sampled, refined, no_code, 0, 0, [], 0)
+        sampled, refined, no_code, correct = self.archive.counters(
+            [self._key(task.id, k) for k in ("sampled", "refined", "no_code", "correct")])
+        outcome = TaskOutcome(task.id, mine, sampled, refined, no_code, correct, 0, 0, [], 0)
         self.on_progress(task.id, sampled + refined)
 
         prompt = sampling_prompt(visible, cfg.prompt_style, self._one_shot(task))
@@ -192,9 +212,9 @@ class SoarSearch:
                 break  # nothing worth refining: the budget is better left unspent than wasted
             n = min(cfg.batch, cfg.refinements_per_task - outcome.refined)
             parents = choose_parents(pool, n_refined, n, rng, self.rex)
-            prompts = [refinement_prompt(visible, p, cfg.prompt_style) for p in parents]
+            prompts = [refinement_prompt(visible, p, cfg.prompt_style, cfg.max_prompt_chars) for p in parents]
             started = time.perf_counter()
-            rows = await self.sampler(prompts, self._params(1, salt=10**9 + outcome.refined))
+            rows = await self.sampler(prompts, self._params(task, 1, salt=10**9 + outcome.refined))
             self.sampler_wait_s += time.perf_counter() - started
             counters = {self._key(task.id, "refined"): n}
             for p in parents:

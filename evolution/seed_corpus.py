@@ -6,7 +6,8 @@ compact prompt style, so a seed model learns the format, the DSL and a first sen
 which grid changes which primitives make. A share of rows are refinement rows: a wrong
 parent program with its feedback -> the right program, so one model learns both jobs.
 
-    python -m training.seed --preset tiny --corpus evolution.seed_corpus:seed_corpus --n 20000
+    python -m training.seed --preset tiny --corpus evolution.seed_corpus:seed_corpus --n 20000 \
+        --words evolution.seed_corpus:program_words
 """
 
 from __future__ import annotations
@@ -14,12 +15,36 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from evolution.programs import Program, colours, random_program, render, run
-from evolution.prompts import completion_from_program, refinement_prompt, sampling_prompt
+from evolution.programs import (
+    COLOUR_ARGS,
+    PRIMITIVES,
+    Program,
+    Step,
+    colours,
+    random_program,
+    render,
+    run,
+)
+from evolution.prompts import (
+    CODE_PREFIX,
+    completion_from_program,
+    refinement_prompt,
+    sampling_prompt,
+)
 from evolution.records import Candidate
 from evolution.tasks import load_split, select
 from store.codehash import code_hash
 from verifiers.arc.grids import ArcTask, Example, Grid
+
+
+def program_words() -> list[str]:
+    """Whole tokens for a seed tokenizer: a program line up to its colour arguments is one
+    token, so `    grid = rot90(grid)` is one token and `    grid = recolor(grid, 3, 8)` five:
+    a name cannot be misspelt and a primitive cannot get the wrong number of arguments
+    (beyond the digits)."""
+    lines = [Step(name).render() + ("\n" if COLOUR_ARGS[name] == 0 else "") for name in PRIMITIVES]
+    return [CODE_PREFIX, *(line if line.endswith("\n") else line[:-1] + ", " for line in lines),
+            ", ", ")\n", "    return grid\n"]
 
 
 def relabel(inputs: Sequence[Grid], program: Program, rng: random.Random, task_id: str) -> ArcTask | None:
@@ -60,8 +85,11 @@ def seed_corpus(n: int = 20000, seed: int = 0, max_grid: int = 10, max_steps: in
     """
     rng = random.Random(seed)
     sources = [t for tid, t in select(load_split(split), max_grid=max_grid).items() if tid not in set(exclude_tasks)]
+    # a source whose own prompt is over the limit nearly never yields a row that fits
+    sources = [t for t in sources if len(sampling_prompt(t)) <= max_chars]
     if not sources:
-        raise ValueError(f"no source tasks in {split} with grids <= {max_grid} after exclusions")
+        raise ValueError(f"no source tasks in {split} with grids <= {max_grid} and prompts <= {max_chars} "
+                         "characters after exclusions")
     rows: list[dict[str, str]] = []
     attempts = 0
     while len(rows) < n:

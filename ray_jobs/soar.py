@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,14 @@ from evolution.filters import FilterConfig
 from evolution.hindsight import HindsightConfig
 from evolution.search import SearchConfig
 from evolution.voting import VoteConfig
+from ray_jobs.soar_controls import (
+    measure_version,
+    random_prior_control,
+    seed_corpus_kwargs,
+    seed_only_control,
+)
+from ray_jobs.soar_learn import learn
+from ray_jobs.soar_report import write_outputs
 from search.pool import PoolConfig
 from training.seed import SeedConfig
 
@@ -37,6 +44,9 @@ ARC_DSL = "evolution.dsl"  # importable inside the sandbox
 class TaskSetConfig:
     split: str = "arc1-train"  # arc1-train | arc1-eval | arc2-train | arc2-eval | a Kaggle JSON file/dir
     ids: list[str] = field(default_factory=list)  # explicit task ids (empty: all that fit max_grid)
+    # Held-out tasks of the same split: measured with every model and control, never searched
+    # for hindsight data and kept out of the seed corpus, so gains there are generalisation.
+    heldout_ids: list[str] = field(default_factory=list)
     max_grid: int | None = None  # keep tasks whose grids are at most this many cells per side
     limit: int | None = None  # first N tasks after the filters
 
@@ -64,17 +74,27 @@ class LearnConfig:
     learning_rate: float = 1e-3
     batch_size: int = 16
     max_length: int = 2048  # tokens per training sequence
+    num_cpus: float = 1.0  # Ray CPUs reserved for the SFT task (the samplers idle meanwhile)
+    # Fresh rows of model.seed's corpus mixed into every step's hindsight data (replay): a small
+    # model fine-tuned on a few tasks' programs alone forgets what the seed corpus taught it.
+    seed_rows: int = 0
     hindsight: HindsightConfig = field(default_factory=HindsightConfig)
 
 
 @dataclass
 class ControlsConfig:
+    # Measure every model version on these sampling seeds, demo and held-out tasks (the
+    # iteration's own search is the run of search.seed). Empty: only the iteration's search.
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    measure_models: bool = False  # every model version on every seed and split (the demo does)
     random_prior: bool = False  # also search with random DSL programs (no model), same budget
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])  # sampling seeds per control
+    seed_only: bool = False  # the seed model + the same extra SFT steps on seed-corpus rows only
 
     def __post_init__(self):
         if not self.seeds:
             raise ValueError("controls.seeds must name at least one sampling seed")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"controls.seeds {self.seeds} repeats a seed")
 
 
 @dataclass
@@ -97,12 +117,18 @@ class SoarConfig:
 
 
 def load_tasks(ts: TaskSetConfig):
+    """(search tasks, held-out tasks) by id."""
     from evolution.tasks import load_split, select
 
-    tasks = select(load_split(ts.split), ids=ts.ids or None, max_grid=ts.max_grid, limit=ts.limit)
+    split = load_split(ts.split)
+    tasks = select(split, ids=ts.ids or None, max_grid=ts.max_grid, limit=ts.limit)
     if not tasks:
         raise ValueError(f"tasks: no task in {ts.split!r} matches ids/max_grid/limit")
-    return tasks
+    overlap = sorted(set(ts.heldout_ids) & set(tasks))
+    if overlap:
+        raise ValueError(f"tasks.heldout_ids {overlap} are also search tasks: held-out tasks must never be trained on")
+    heldout = select(split, ids=ts.heldout_ids) if ts.heldout_ids else {}
+    return tasks, heldout
 
 
 def resolve_model(cfg: SoarConfig, store, task_ids: list[str]):
@@ -115,10 +141,7 @@ def resolve_model(cfg: SoarConfig, store, task_ids: list[str]):
         return current
     if cfg.model.checkpoint:
         return publish(store, cfg.experiment, cfg.model.checkpoint, parent=None, metrics={}, note="base")
-    seed_cfg = cfg.model.seed
-    if seed_cfg.corpus.startswith("evolution.seed_corpus:"):
-        # the evaluation tasks' inputs never enter the seed corpus
-        seed_cfg.corpus_kwargs.setdefault("exclude_tasks", sorted(task_ids))
+    seed_cfg = replace(cfg.model.seed, corpus_kwargs=seed_corpus_kwargs(cfg, task_ids))
     print(f"building (or reusing) the {seed_cfg.preset} seed model ...", flush=True)
     seed = build_seed_model(seed_cfg)
     print(f"seed model {'reused' if seed.cached else 'built'}: {seed.path}", flush=True)
@@ -170,117 +193,6 @@ async def search_iteration(cfg: SoarConfig, store, tasks, sampler_pool, verifier
     return {"entry": entry, "rows": rows, "outcomes": outcomes}
 
 
-async def learn(cfg: SoarConfig, store, tasks, base, current, iteration: int, storage: Path):
-    """Hindsight data from the archive -> SFT (a Ray task, GPU if any) -> a new current version.
-
-    The version is published with the note "iteration N"; a restarted job finds it and
-    skips the training it already did.
-    """
-    from datasets import Dataset
-
-    from evolution.hindsight import build_rows
-    from evolution.records import Candidate
-    from training.checkpoints import publish
-    from training.sft import SFTJobConfig, train_sft_remote
-
-    note = f"iteration {iteration + 1}"
-    done = next((m for m in store.models(cfg.experiment).list() if m.note == note), None)
-    if done is not None:
-        print(f"{note}: reusing {done.version} (trained before a restart)", flush=True)
-        return done, {}
-    archive = store.archive(cfg.experiment)
-    cands = {tid: [Candidate.from_record(r) for r in archive.get_task(tid)] for tid in tasks}
-    hcfg = cfg.learn.hindsight
-    hcfg.prompt_style = cfg.search.prompt_style
-    rows, counts = build_rows(tasks, cands, hcfg, iteration)
-    if not rows:
-        print(f"{note}: no hindsight data (no program ran cleanly); keeping {current.version}", flush=True)
-        return current, counts | {"rows": 0}
-    data_dir = storage / "data" / f"it{iteration}"
-    Dataset.from_list([{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]).save_to_disk(str(data_dir))
-    start = base if cfg.learn.from_base else current
-    sft = SFTJobConfig(
-        model_path=start.checkpoint, output_dir=str((storage / "checkpoints" / f"it{iteration + 1}").resolve()),
-        max_steps=cfg.learn.max_steps, learning_rate=cfg.learn.learning_rate,
-        per_device_train_batch_size=cfg.learn.batch_size, max_length=cfg.learn.max_length, lora=cfg.learn.lora,
-        disable_tqdm=True, quiet=True, seed=iteration,
-    )
-    print(f"{note}: SFT on {len(rows)} hindsight rows ({counts}) from {start.version} ...", flush=True)
-    result = await train_sft_remote(sft, str(data_dir.resolve()))
-    metrics = result.metrics | counts | {"rows": len(rows), "dataset": str(data_dir)}
-    mv = publish(store, cfg.experiment, result.checkpoint, parent=current.version, metrics=metrics, note=note)
-    store.events(cfg.experiment).emit("published", version=mv.version, iteration=iteration + 1)
-    return mv, counts | {"rows": len(rows)}
-
-
-async def random_prior_control(cfg: SoarConfig, store, tasks, verifier_pool) -> dict[str, Any]:
-    """The random-program prior through the same search and budget, once per seed."""
-    from dataclasses import replace
-
-    from evolution import metrics
-    from evolution.backends import pool_verifier
-    from evolution.baselines import RANDOM_PRIOR, random_prior_sampler
-    from evolution.search import SoarSearch
-
-    if cfg.search.prompt_style != "compact":
-        raise ValueError("controls.random_prior needs search.prompt_style=compact (the DSL programs' prompts)")
-    solved, hit_rates = [], []
-    for seed in cfg.controls.seeds:
-        search = SoarSearch(replace(cfg.search, seed=seed), sampler=random_prior_sampler(tasks),
-                            verifier=pool_verifier(verifier_pool),
-                            archive=store.archive(f"{cfg.experiment}.random-prior.s{seed}"),
-                            model_version=RANDOM_PRIOR, filters=cfg.filters, vote_cfg=cfg.vote)
-        outcomes = await search.run(tasks)
-        rows = [metrics.task_row(tasks[t], outcomes[t], cfg.filters, cfg.vote) for t in tasks]
-        solved.append(sum(r["solved"] or 0.0 for r in rows))
-        hit_rates.append(metrics.hit_rate(outcomes))
-    return {"solved_seeds": solved, "hit_rate": sum(hit_rates) / len(hit_rates), "seeds": cfg.controls.seeds}
-
-
-def write_outputs(cfg: SoarConfig, run_dir: Path, tasks, results: list[dict[str, Any]],
-                  baselines: dict[str, Any] | None = None) -> dict[str, Any]:
-    from evolution.report import plot_curve, plot_iterations, render_task
-
-    entries = [r["entry"] for r in results]
-    with open(run_dir / "metrics.jsonl", "w") as f:
-        for r in results:
-            for row in r["rows"]:
-                f.write(json.dumps(row) + "\n")
-    summary = {"experiment": cfg.experiment, "iterations": entries}
-    if baselines:
-        summary["baselines"] = baselines
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    plot_curve({f"it{e['iteration']} ({e['model_version']})": [(p["n"], p["solved"], p["oracle"]) for p in e["curve"]]
-                for e in entries}, len(tasks), run_dir / "curve.png", f"{cfg.experiment}: solved vs programs tried")
-    if len(entries) > 1:
-        plot_iterations(entries, run_dir / "iterations.png")
-    last = results[-1]
-    shown = []
-    for tid in list(tasks)[: cfg.render_tasks]:
-        out = last["outcomes"][tid]
-        solved = next(r["solved"] for r in last["rows"] if r["task_id"] == tid)
-        render_task(tasks[tid], out.attempts, run_dir / f"task-{tid}.png", solved)
-        shown.append(tid)
-    lines = [f"# SOAR: {cfg.experiment}", "",
-             "| iteration | model | tasks | solved (pass@2) | oracle | programs | hit rate | sampler busy | wall s |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for e in entries:
-        lines.append(f"| {e['iteration']} | {e['model_version']} | {e['tasks']} | {e['solved']:.2f} | {e['oracle']:.2f} | "
-                     f"{e['programs']} | {e['hit_rate']:.4f} | {e['sampler_busy_frac']:.2f} | {e['wall_s']} |")
-    if baselines and "random_prior" in baselines:
-        prior = baselines["random_prior"]
-        lines += ["", f"Random-program prior (no model, same budget), solved per seed {prior['seeds']}: "
-                  f"{prior['solved_seeds']}, hit rate {prior['hit_rate']:.4f}."]
-    lines += ["", "![solved vs programs](curve.png)", ""]
-    if len(entries) > 1:
-        lines += ["![iterations](iterations.png)", ""]
-    lines += [f"![{t}](task-{t}.png)" for t in shown]
-    lines += ["", "Config: [config.yaml](config.yaml) · per-task rows: [metrics.jsonl](metrics.jsonl) · "
-              "numbers: [summary.json](summary.json)", ""]
-    (run_dir / "report.md").write_text("\n".join(lines))
-    return summary
-
-
 async def run_async(cfg: SoarConfig) -> dict[str, Any]:
     import ray
 
@@ -294,10 +206,10 @@ async def run_async(cfg: SoarConfig) -> dict[str, Any]:
     store = Store.connect()
     store.experiments.create(cfg.experiment, "soar", to_dict(cfg), exist_ok=True)
     store.experiments.set_status(cfg.experiment, "running")
-    tasks = load_tasks(cfg.tasks)
-    resolve_model(cfg, store, list(tasks))
+    tasks, heldout = load_tasks(cfg.tasks)
+    resolve_model(cfg, store, sorted({*tasks, *heldout}))
     version = base = store.models(cfg.experiment).list()[0]  # iteration 0 always searches with the base
-    print(f"{len(tasks)} tasks; base model {base.version} = {base.checkpoint}", flush=True)
+    print(f"{len(tasks)} tasks, {len(heldout)} held out; base model {base.version} = {base.checkpoint}", flush=True)
 
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False)
@@ -306,22 +218,42 @@ async def run_async(cfg: SoarConfig) -> dict[str, Any]:
     verifier_pool = ArcVerifierPool(actors=cfg.verifier.actors, workers_per_actor=cfg.verifier.workers_per_actor,
                                     allowed_modules=(ARC_DSL,), use_cache=cfg.verifier.use_cache)
     storage = Path(cfg.storage_path) if cfg.storage_path else run_dir
-    results = []
+    results, baselines = [], {}
     try:
         await sampler_pool.ready()
         for it in range(cfg.iterations):
+            timing: dict[str, float] = {}
             if it > 0:
-                version, data_counts = await learn(cfg, store, tasks, base, version, it - 1, storage)
+                version, data_counts = await learn(cfg, store, tasks, base, version, it - 1, storage, tuple(heldout))
+                timing |= {k: data_counts.pop(k) for k in ("dataset_s", "train_s") if k in data_counts}
                 if sampler_pool.version != version.version:
+                    started = time.time()
                     await sampler_pool.load(version.version)
+                    timing["switch_s"] = round(time.time() - started, 2)
             result = await search_iteration(cfg, store, tasks, sampler_pool, verifier_pool, version, iteration=it)
+            entry = result["entry"]
+            timing["search_s"] = entry["wall_s"]
             if it > 0:
-                result["entry"]["hindsight"] = data_counts
+                entry["hindsight"] = data_counts
+            if cfg.controls.measure_models:
+                started = time.time()
+                print(f"measuring {version.version} on seeds {cfg.controls.seeds}, demo and held-out tasks ...", flush=True)
+                measured = await measure_version(cfg, store, tasks, heldout, sampler_pool, verifier_pool, version,
+                                                 result["outcomes"])
+                entry["search_hit_rate"] = entry["hit_rate"]  # this search's alone; hit_rate: mean over seeds
+                entry |= measured
+                timing["measure_s"] = round(time.time() - started, 2)
+            entry["timing"] = timing
             results.append(result)
-            summary = write_outputs(cfg, run_dir, tasks, results)  # after every search: nothing lost
+            summary = write_outputs(cfg, run_dir, tasks, results, baselines)  # after every search: nothing lost
         if cfg.controls.random_prior:
-            prior = await random_prior_control(cfg, store, tasks, verifier_pool)
-            summary = write_outputs(cfg, run_dir, tasks, results, {"random_prior": prior})
+            print("control: the random-program prior ...", flush=True)
+            baselines["random_prior"] = await random_prior_control(cfg, store, tasks, heldout, verifier_pool)
+            summary = write_outputs(cfg, run_dir, tasks, results, baselines)
+        if cfg.controls.seed_only and cfg.iterations > 1:
+            baselines["seed_only_control"] = await seed_only_control(cfg, store, tasks, heldout, sampler_pool,
+                                                                     verifier_pool, base, storage)
+            summary = write_outputs(cfg, run_dir, tasks, results, baselines)
     except BaseException:
         store.experiments.set_status(cfg.experiment, "failed")
         raise

@@ -21,6 +21,16 @@ class ContextLengthError(ValueError):
     """A prompt (plus max_tokens) does not fit the model's context; the request is rejected."""
 
 
+def _compiles(pattern: str) -> bool:
+    import regex
+
+    try:
+        regex.compile(pattern)
+    except regex.error:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     n: int = 1  # completions per prompt
@@ -31,6 +41,9 @@ class SamplingParams:
     max_tokens: int = 16  # new tokens per completion (vLLM's default)
     stop: tuple[str, ...] = ()  # stop strings, excluded from the text (as vLLM does)
     seed: int | None = None  # same seed + same call = same completions
+    # Structured output: every completion matches this regex (vLLM: structured_outputs=
+    # StructuredOutputsParams(regex=...)); None = unconstrained.
+    regex: str | None = None
 
     def __post_init__(self):
         stop = self.stop
@@ -50,6 +63,8 @@ class SamplingParams:
             ("max_tokens", isinstance(self.max_tokens, int) and self.max_tokens >= 1, "an integer >= 1"),
             ("stop", all(isinstance(s, str) and s for s in self.stop), "non-empty strings"),
             ("seed", self.seed is None or isinstance(self.seed, int), "an integer or None"),
+            ("regex", self.regex is None or (isinstance(self.regex, str) and _compiles(self.regex)),
+             "None or a valid regular expression"),
         ]
         for name, ok, want in checks:
             if not ok:

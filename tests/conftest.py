@@ -73,5 +73,6 @@ def soar_model(tmp_path_factory) -> str:
     cache = Path(os.environ.get("RATCHET_TEST_MODELS") or tmp_path_factory.getbasetemp() / "soar-models")
     cfg = SeedConfig(preset="tiny", corpus="evolution.seed_corpus:seed_corpus",
                      corpus_kwargs={"max_chars": 500, "max_grid": 6, "max_steps": 1, "exclude_tasks": SOAR_TEST_TASKS},
-                     n=800, max_steps=80, batch_size=8, max_length=1024, learning_rate=3e-3, cache_dir=str(cache))
+                     n=800, max_steps=80, batch_size=8, max_length=1024, learning_rate=3e-3, cache_dir=str(cache),
+                     words="evolution.seed_corpus:program_words")
     return build_seed_model(cfg, progress=False).path

@@ -42,11 +42,49 @@ def test_prior_through_the_search_solves_easy_tasks(store, experiment_name, task
         search = SoarSearch(cfg, sampler=random_prior_sampler(tasks), verifier=local_verifier(ex),
                             archive=store.archive(experiment_name), model_version=RANDOM_PRIOR)
         outcomes = asyncio.run(search.run(tasks))
-    for out in outcomes.values():
+        resumed = asyncio.run(SoarSearch(cfg, sampler=random_prior_sampler(tasks), verifier=local_verifier(ex),
+                                         archive=store.archive(experiment_name), model_version=RANDOM_PRIOR).run(tasks))
+    for tid, out in outcomes.items():
         assert out.no_code == 0 and all(c.model_version == RANDOM_PRIOR for c in out.candidates)
+        # every correct completion counts (a duplicate too), and the count survives a restart
+        assert out.correct_samples >= sum(c.fully_correct for c in out.candidates)
+        assert resumed[tid].correct_samples == out.correct_samples and resumed[tid].sampled == out.sampled
         assert sum(c.all_ok for c in out.candidates) > len(out.candidates) // 2  # DSL programs mostly run
     solved = sum(any(c.fully_correct for c in o.candidates) for o in outcomes.values())
     assert solved >= 1  # one-step rotations and flips are within the prior's reach
     for out in outcomes.values():  # stop_after_correct=1: a task stops after the batch that solved its train pairs
         first = min((c.extra["seq"] for c in out.candidates if all(c.train_correct)), default=None)
         assert out.sampled == (64 if first is None else first + 16)
+
+
+def test_measure_searches_every_seed_and_split_and_reuses_a_done_search(store, experiment_name, tasks):
+    """Per-seed solved counts and hit rates on demo and held-out tasks; the seed whose demo
+    search is handed in is not searched again, and held-out programs go to their own archive."""
+    from evolution.filters import FilterConfig
+    from evolution.measure import measure
+    from evolution.voting import VoteConfig
+
+    demo, heldout = dict(list(tasks.items())[:3]), dict(list(tasks.items())[3:])
+    cfg = SearchConfig(samples_per_task=64, refinements_per_task=0, batch=16, stop_after_correct=1,
+                       prompt_style="compact", one_shot=False, tasks_in_flight=3, seed=0)
+    with ArcExecutor(workers=1, allowed_modules=("evolution.dsl",)) as ex:
+        verifier, sampler = local_verifier(ex), random_prior_sampler(tasks)
+        done = asyncio.run(SoarSearch(cfg, sampler=sampler, verifier=verifier, archive=store.archive(experiment_name),
+                                      model_version=RANDOM_PRIOR).run(demo))
+        searched = []
+
+        def archive_for(split_seed: str):
+            searched.append(split_seed)
+            return store.archive(f"{experiment_name}.{split_seed}")
+
+        m = asyncio.run(measure(cfg, sampler=sampler, verifier=verifier, archive_for=archive_for, tasks=demo,
+                                heldout=heldout, seeds=[0, 1], model_version=RANDOM_PRIOR, filters=FilterConfig(),
+                                vote_cfg=VoteConfig(), reuse={0: done}))
+    assert searched == ["demo.s1", "heldout.s0", "heldout.s1"]
+    assert m.seeds == [0, 1] and len(m.solved_seeds) == len(m.heldout_solved_seeds) == 2
+    assert all(0 <= s <= 3 for s in m.solved_seeds + m.heldout_solved_seeds)
+    assert m.hit_rate == pytest.approx(sum(m.hit_rate_seeds) / 2)
+    assert sum(m.heldout_solved_seeds) > 0  # rotations and flips: the prior finds some in 64 tries
+    for seed in (0, 1):  # held-out programs never reach the main archive (hindsight reads it)
+        assert store.archive(f"{experiment_name}.heldout.s{seed}").get_task(next(iter(heldout)))
+    assert not store.archive(experiment_name).get_task(next(iter(heldout)))

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from evolution import dsl
-from evolution.programs import Step, random_program, render, run, steps_for
+from evolution.programs import Step, body_regex, random_program, render, run, steps_for
+from evolution.prompts import completion_from_program
 from evolution.tasks import load_split, max_side, select
 from verifiers.arc import ArcExecutor
 
@@ -79,3 +80,22 @@ def test_task_selection_by_size_and_ids():
         select(tasks, ids=["nope"])
     with pytest.raises(ValueError, match="no such file"):
         load_split("missing-split")
+
+
+def test_body_regex_accepts_every_rendered_program_and_rejects_wrong_arity_and_colours():
+    import regex
+
+    rng = random.Random(0)
+    pattern = body_regex(max_steps=2, colours=[0, 3, 5])
+    for _ in range(300):
+        code = render(random_program(rng, [3, 5], [0, 3], 2))
+        assert regex.fullmatch(pattern, completion_from_program(code, "compact")), code
+    for bad in ("    grid = rot90(grid, 3)\n    return grid\n",  # rot90 takes no colour
+                "    grid = recolor(grid, 3)\n    return grid\n",  # recolor takes two
+                "    grid = recolor(grid, 3, 7)\n    return grid\n",  # 7 is not a task colour
+                "    grid = rotate(grid)\n    return grid\n",  # not a primitive
+                "    return grid\n",  # no step
+                "    grid = rot90(grid)\n" * 3 + "    return grid\n"):  # over max_steps
+        assert not regex.fullmatch(pattern, bad), bad
+    with pytest.raises(ValueError, match="ARC colours"):
+        body_regex(colours=[12])

@@ -222,3 +222,37 @@ def test_vllm_engine_matches_the_contract_on_gpu(models):
         engine.generate(["map " * 1000], GREEDY)
     engine.load(models["untrained"], version="v1")
     assert engine.generate(["map 1 =>"], GREEDY)[0][0].model_version == "v1"
+
+
+def test_sampling_params_regex_must_compile():
+    with pytest.raises(ValueError, match="SamplingParams.regex="):
+        SamplingParams(regex="(unclosed")
+    assert SamplingParams(regex="( [5-9]){1,3}").regex == "( [5-9]){1,3}"
+
+
+def test_regex_constrains_every_transformers_sample(engine):
+    """Structured output as vLLM does it: every completion matches, and ends when it must."""
+    import regex
+
+    pattern = "( [0-4]){2,3}"  # the trained model answers one digit, here 9 and 6
+    params = SamplingParams(n=16, temperature=1.0, max_tokens=12, seed=0, regex=pattern)
+    rows = engine.generate(["map 3 1 4 =>", "map 0 2 =>"], params)
+    texts = [c.text for row in rows for c in row]
+    assert all(regex.fullmatch(pattern, t) for t in texts), texts
+    assert all(c.finish_reason == "stop" for row in rows for c in row)
+    # unconstrained, the trained model answers " 9": the mask did the work
+    free = engine.generate(["map 3 1 4 =>"], SamplingParams(n=16, temperature=1.0, max_tokens=12, seed=0))
+    assert not all(regex.fullmatch(pattern, c.text) for c in free[0])
+
+
+def test_openai_engine_sends_the_regex_as_vllm_structured_outputs():
+    args = OpenAIEngine(base_url="http://127.0.0.1:1/v1", model="m")._request_args(SamplingParams(regex="a+"))
+    assert args["extra_body"] == {"structured_outputs": {"regex": "a+"}}
+
+
+def test_samples_sharing_a_prefill_continue_the_prompt_correctly(engine):
+    """n > 1 samples reuse one prompt prefill; near-zero temperature they must equal greedy."""
+    cold = SamplingParams(n=3, temperature=0.01, max_tokens=8, seed=0)
+    rows = engine.generate(PROMPTS, cold)
+    assert [[c.text for c in row] for row in rows] == [[expected(p)] * 3 for p in PROMPTS]
+    assert all(c.prompt_tokens == rows[i][0].prompt_tokens for i, row in enumerate(rows) for c in row)

@@ -66,6 +66,18 @@ def test_refinement_prompt_shows_code_verdicts_and_wrong_outputs(task, style):
         assert prompt.endswith(REFINE_CUE)
 
 
+def test_refinement_prompt_drops_feedback_grids_to_fit_and_keeps_the_verdicts(task):
+    wrong = tuple(ex.input for ex in task.train)
+    parent = Candidate(task.id, CODE_PREFIX + "    grid = rot90(grid)\n    return grid\n", "h",
+                       train_correct=(False,) * len(task.train), train_outputs=wrong, test_outputs=(task.test[0].input,))
+    full = refinement_prompt(task.without_answers(), parent, "compact")
+    assert refinement_prompt(task.without_answers(), parent, "compact", max_chars=len(full)) == full
+    short = refinement_prompt(task.without_answers(), parent, "compact", max_chars=len(full) - 1)
+    assert len(short) < len(full) and "0 of" in short and short.endswith(REFINE_CUE)
+    bare = refinement_prompt(task.without_answers(), parent, "compact", max_chars=10)  # cannot fit: all grids go
+    assert "its output" not in bare and "train pairs: no" in bare and "rot90" in bare
+
+
 def test_hindsight_relabel_defines_a_task_its_program_solves(task):
     rng = random.Random(3)
     inputs = [ex.input for ex in task.train + task.test]

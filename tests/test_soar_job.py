@@ -15,8 +15,10 @@ from common.config import load_config
 from ray_jobs.soar import SoarConfig, run
 
 TASK_IDS = ["3c9b0459", "6150a2bd"]
+HELDOUT_ID = "67a3c6ac"  # 3x3 too; never searched for hindsight, never trained on
 ITERATION_FIELDS = {"iteration", "model_version", "tasks", "solved", "oracle", "programs", "executions",
-                    "cache_hits", "sampler_busy_frac", "wall_s", "curve"}
+                    "cache_hits", "sampler_busy_frac", "wall_s", "curve", "timing"}
+MEASURED_FIELDS = {"seeds", "solved_seeds", "heldout_solved_seeds", "hit_rate", "heldout_hit_rate"}
 
 
 def free_port() -> int:
@@ -40,12 +42,14 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
     overrides = job_overrides(soar_model, tmp_path, experiment_name) + [
         "iterations=2", "learn.max_steps=5", "learn.batch_size=4",
         "filters.refine_ignores=[error,invalid_grid]",  # the test model is barely trained
-        "controls.random_prior=true", "controls.seeds=[0,1]",
+        f"tasks.heldout_ids=[{HELDOUT_ID}]", "controls.seeds=[0,1]", "controls.measure_models=true",
+        "controls.random_prior=true", "controls.seed_only=true",
     ]
     cfg = load_config("configs/soar-demo.yaml", SoarConfig, overrides)
     summary = run(cfg)
     run_dir = tmp_path / experiment_name
-    for name in ("config.yaml", "metrics.jsonl", "summary.json", "report.md", "curve.png", f"task-{TASK_IDS[0]}.png"):
+    for name in ("config.yaml", "metrics.jsonl", "summary.json", "report.md", "curve.png", "iterations.png",
+                 f"task-{TASK_IDS[0]}.png"):
         assert (run_dir / name).exists(), name
     entries = json.loads((run_dir / "summary.json").read_text())["iterations"]
     assert summary["iterations"] == entries and [e["iteration"] for e in entries] == [0, 1]
@@ -55,20 +59,43 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
         assert [p["n"] for p in entry["curve"]] == [1, 4, 12]
         assert 0 <= entry["solved"] <= entry["oracle"] + 1e-9 <= 2
         assert 0 < entry["sampler_busy_frac"] <= 1.0
+        assert MEASURED_FIELDS <= set(entry) and entry["seeds"] == [0, 1]
+        assert len(entry["solved_seeds"]) == len(entry["heldout_solved_seeds"]) == 2
+        assert all(0 <= x <= 2 for x in entry["solved_seeds"]) and all(0 <= x <= 1 for x in entry["heldout_solved_seeds"])
+        assert 0 <= entry["heldout_hit_rate"] <= 1 and entry["timing"]["search_s"] == entry["wall_s"]
     models = store.models(experiment_name).list()
     if entries[1]["hindsight"]["rows"]:  # programs ran cleanly: a new model searched iteration 1
         assert [m.version for m in models] == ["v0", "v1"] and models[1].note == "iteration 1"
         assert entries[1]["model_version"] == "v1" and models[1].parent == "v0"
         assert (run_dir / "data" / "it0").exists()
+        assert {"dataset_s", "train_s", "switch_s", "search_s"} <= set(entries[1]["timing"])
     assert entries[0]["model_version"] == "v0"
-    prior = summary["baselines"]["random_prior"]
-    assert len(prior["solved_seeds"]) == 2 and all(0 <= x <= 2 for x in prior["solved_seeds"])
-    assert "Random-program prior" in (run_dir / "report.md").read_text()
+    for name in ("random_prior", "seed_only_control"):
+        control = summary["baselines"][name]
+        assert MEASURED_FIELDS <= set(control) and len(control["solved_seeds"]) == 2
+        assert all(0 <= x <= 2 for x in control["solved_seeds"]) and len(control["heldout_solved_seeds"]) == 2
+    control = store.models(f"{experiment_name}.seed-only").current()
+    assert control.note == "seed-only control" and control.metrics["from"] == f"{experiment_name}/v0"
+    assert summary["baselines"]["seed_only_control"]["steps"] == 5
+    report = (run_dir / "report.md").read_text()
+    assert "random-program prior" in report and "seed-only control" in report and "held-out solved" in report
+    # held-out tasks were searched, in their own namespaces only: hindsight never saw them
+    assert not store.archive(experiment_name).get_task(HELDOUT_ID)
+    assert store.archive(f"{experiment_name}.eval.v0.heldout.s1").get_task(HELDOUT_ID)
     assert store.experiments.get(experiment_name).status == "done"
     # a rerun resumes from the store: budgets spent, the model already trained, nothing redone
     again = run(cfg)
     assert [e["programs"] for e in again["iterations"]] == [e["programs"] for e in entries]
+    assert [e["solved_seeds"] for e in again["iterations"]] == [e["solved_seeds"] for e in entries]
     assert store.models(experiment_name).list() == models
+    assert store.models(f"{experiment_name}.seed-only").list() == [control]
+
+
+def test_held_out_tasks_must_not_be_search_tasks():
+    from ray_jobs.soar import TaskSetConfig, load_tasks
+
+    with pytest.raises(ValueError, match="held-out tasks must never be trained on"):
+        load_tasks(TaskSetConfig(ids=TASK_IDS, heldout_ids=[TASK_IDS[0]]))
 
 
 @pytest.mark.slow

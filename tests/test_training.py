@@ -76,6 +76,23 @@ def test_cache_key_covers_seed_corpus_content_and_preset(seed_cfg):
     assert cache_key(replace(seed_cfg, cache_dir="/elsewhere"), rows) == key
 
 
+def test_words_become_single_tokens_and_enter_the_cache_key(seed_cfg):
+    from evolution.seed_corpus import program_words
+    from training.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(["pair 1: 3x3"], 259, program_words())
+    body = "    grid = recolor(grid, 3, 8)\n    grid = rot90(grid)\n    return grid\n"
+    ids = tok(body, add_special_tokens=False)["input_ids"]
+    assert [tok.decode([i]) for i in ids] == ["    grid = recolor(grid, ", "3", ", ", "8", ")\n",
+                                              "    grid = rot90(grid)\n", "    return grid\n"]
+    assert tok.decode(ids) == body
+    assert tok("rot90x", add_special_tokens=False)["input_ids"] != []  # other text still encodes
+    rows = last_digit_rows(10, 0, SEED_MAPPING)
+    assert cache_key(replace(seed_cfg, words="evolution.seed_corpus:program_words"), rows) != cache_key(seed_cfg, rows)
+    with pytest.raises(ValueError, match="module:function"):
+        cache_key(replace(seed_cfg, words="no_colon"), rows)
+
+
 def test_sft_moves_the_model_toward_its_data(seed_model, heldout, tmp_path):
     before = greedy_accuracy(seed_model, heldout)
     result = train_sft(sft_cfg(seed_model, tmp_path / "sft"), last_digit_rows(1000, 1, TARGET))

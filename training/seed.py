@@ -14,6 +14,7 @@ so a changed corpus generator rebuilds and an unchanged one is reused.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import shutil
 import tempfile
@@ -49,6 +50,7 @@ class SeedConfig:
     learning_rate: float = 3e-3  # tiny models from scratch want a high rate
     batch_size: int = 32
     max_length: int = 1024  # training sequence cap (tokens)
+    words: str = ""  # `module:function` returning strings that become whole tokens (DSL names)
     cache_dir: str | None = None  # default: $RATCHET_HOME/models
 
     def __post_init__(self):
@@ -66,10 +68,28 @@ class SeedResult:
     info: dict[str, Any]
 
 
+def load_words(source: str) -> list[str]:
+    """The whole-word tokens named by `module:function` ("" for none)."""
+    if not source:
+        return []
+    module_name, sep, func_name = source.partition(":")
+    if not sep:
+        raise ValueError(f"words {source!r} must be 'module:function'")
+    try:
+        words = list(getattr(importlib.import_module(module_name), func_name)())
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"words {source!r} cannot be loaded: {e}") from e
+    if not all(isinstance(w, str) and w for w in words):
+        raise ValueError(f"words {source!r} must return non-empty strings")
+    return words
+
+
 def cache_key(cfg: SeedConfig, rows: list[dict[str, str]]) -> str:
-    spec = {k: v for k, v in asdict(cfg).items() if k not in ("cache_dir", "corpus")}
+    spec = {k: v for k, v in asdict(cfg).items() if k not in ("cache_dir", "corpus", "words")}
     spec["architecture"] = PRESETS[cfg.preset]
     spec["corpus_content"] = content_hash(json.dumps(rows, sort_keys=True))
+    if cfg.words:  # the words themselves, not where they came from
+        spec["words"] = load_words(cfg.words)
     return content_hash(json.dumps(spec, sort_keys=True))
 
 
@@ -110,7 +130,8 @@ def build_seed_model(cfg: SeedConfig, progress: bool = True) -> SeedResult:
     started = time.time()
     cache.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=cache, prefix=".init-") as init_dir:
-        tokenizer = train_tokenizer((r["prompt"] + r["completion"] for r in rows), cfg.vocab_size)
+        tokenizer = train_tokenizer((r["prompt"] + r["completion"] for r in rows), cfg.vocab_size,
+                                    load_words(cfg.words))
         params = init_model(cfg, tokenizer, Path(init_dir))
         sft = SFTJobConfig(
             model_path=init_dir, output_dir=str(final), max_steps=cfg.max_steps,
@@ -141,6 +162,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--n", type=int, default=defaults.n, help="corpus rows")
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--vocab-size", type=int, default=defaults.vocab_size)
+    parser.add_argument("--words", default="", help="module:function returning whole-word tokens")
     parser.add_argument("--max-steps", type=int, default=defaults.max_steps)
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
@@ -152,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--corpus-kwargs is not JSON: {e}")
     cfg = SeedConfig(
         preset=args.preset, corpus=args.corpus, corpus_kwargs=corpus_kwargs, n=args.n, seed=args.seed,
-        vocab_size=args.vocab_size, max_steps=args.max_steps, learning_rate=args.learning_rate,
+        vocab_size=args.vocab_size, words=args.words, max_steps=args.max_steps, learning_rate=args.learning_rate,
         batch_size=args.batch_size, cache_dir=args.cache_dir,
     )
     result = build_seed_model(cfg)

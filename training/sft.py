@@ -36,8 +36,9 @@ def train_sft(
     return run_trainer(SFTTrainer, cfg, data, SFT_COLUMNS, callbacks, {"method": "sft"})
 
 
-def train_sft_remote(cfg: SFTJobConfig, data: Dataset | list[dict[str, Any]] | str):
-    """Submit train_sft as a Ray task (GPU when the cluster has one); returns an ObjectRef."""
+def train_sft_remote(cfg: SFTJobConfig, data: Dataset | list[dict[str, Any]] | str, num_cpus: float = 1.0):
+    """Submit train_sft as a Ray task (GPU when the cluster has one); returns an ObjectRef.
+    `num_cpus` is what Ray reserves; on CPU the trainer still uses `cfg.cpu_threads` threads."""
     import ray
 
-    return ray.remote(train_sft).options(**gpu_options()).remote(cfg, data)
+    return ray.remote(train_sft).options(num_cpus=num_cpus, **gpu_options()).remote(cfg, data)

@@ -1,9 +1,12 @@
 """The transformers engine: batched `generate` on a local Hugging Face checkpoint.
 
-Runs anywhere (CPU in tests and demos, bf16 on a GPU when one is present). Rows are the
-prompts repeated n times, generated in left-padded batches with attention masks; a seed
+Runs anywhere (CPU in tests and demos, bf16 on a GPU when one is present). The n samples
+of a prompt share one prefill (its KV cache, copied n times); distinct prompts (n=1) are
+generated in left-padded batches with attention masks. A seed
 makes one call reproducible (the same call with the same seed gives the same completions;
 unlike vLLM's per-request seeds, a row's sample also depends on the batch it shares).
+`SamplingParams.regex` constrains completions as vLLM's structured outputs do
+(search/engines/regex_constraint.py).
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class TransformersEngine:
         if self.device == "cpu":
             torch.set_num_threads(num_threads or default_threads())
         self.model: Any = None
+        self._constraints: dict[str, Any] = {}
         self.tokenizer: Any = None
         self.version: str | None = None
         self.context_length: int | None = None
@@ -71,6 +75,7 @@ class TransformersEngine:
         if tokenizer.pad_token_id is None:  # left padding needs a pad id; EOS is the usual stand-in
             tokenizer.pad_token = tokenizer.eos_token
         self.model, self.tokenizer = model, tokenizer
+        self._constraints: dict[str, Any] = {}  # regex -> TokenRegex for this tokenizer
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0)) or None
         self.version = version or default_version(checkpoint)
 
@@ -101,40 +106,80 @@ class TransformersEngine:
         with torch.random.fork_rng(devices=devices, enabled=params.seed is not None):
             if params.seed is not None:
                 torch.manual_seed(params.seed)
-            for start in range(0, len(rows), self.batch_size):
-                batch = rows[start : start + self.batch_size]
-                for i, completion in zip(batch, self._generate_batch([ids[i] for i in batch], params), strict=True):
-                    results[i].append(completion)
+            if copies > 1:  # samples of one prompt share its prefill (the prompt's KV cache)
+                for i, prompt_ids in enumerate(ids):
+                    for start in range(0, copies, self.batch_size):
+                        results[i] += self._generate_shared(prompt_ids, min(self.batch_size, copies - start), params)
+            else:
+                for start in range(0, len(rows), self.batch_size):
+                    batch = rows[start : start + self.batch_size]
+                    for i, completion in zip(batch, self._generate_batch([ids[i] for i in batch], params), strict=True):
+                        results[i].append(completion)
         if params.greedy:
             results = [[row[0]] + [Completion(**row[0].to_dict()) for _ in range(params.n - 1)] for row in results]
         check_counts(results, len(prompts), params.n, "transformers engine")
         return results
 
-    def _generate_batch(self, batch: list[list[int]], params: SamplingParams) -> list[Completion]:
-        from transformers import GenerationConfig
+    def _generate_shared(self, prompt_ids: list[int], n: int, params: SamplingParams) -> list[Completion]:
+        """n samples of one prompt: the prompt (but its last token) is run once, its KV cache
+        copied n times, then generate continues from it. Several times faster than n
+        prefills when prompts are long and completions short, as SOAR's are."""
+        from transformers import DynamicCache
 
+        if len(prompt_ids) < 2:
+            return self._generate_batch([prompt_ids] * n, params)
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=torch.tensor([prompt_ids[:-1]], device=self.device), cache=cache, use_cache=True)
+        cache.batch_repeat_interleave(n)
+        input_ids = torch.tensor([prompt_ids] * n, device=self.device)
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=torch.ones_like(input_ids), cache=cache,
+            generation_config=self._generation_config(params), tokenizer=self.tokenizer if params.stop else None,
+            logits_processor=self._processors(params, len(prompt_ids)),
+        )
+        return [self._completion(row, len(prompt_ids), params) for row in out[:, len(prompt_ids):].tolist()]
+
+    def _generate_batch(self, batch: list[list[int]], params: SamplingParams) -> list[Completion]:
         tok = self.tokenizer
         width = max(len(x) for x in batch)
         pad = tok.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch], device=self.device)
         mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch], device=self.device)
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=mask, generation_config=self._generation_config(params),
+            tokenizer=tok if params.stop else None, logits_processor=self._processors(params, width),
+        )
+        generated = out[:, width:].tolist()
+        return [self._completion(row, len(x), params) for row, x in zip(generated, batch, strict=True)]
+
+    def _generation_config(self, params: SamplingParams):
+        from transformers import GenerationConfig
+
+        tok = self.tokenizer
         # A fresh config (not the checkpoint's generation_config) so every engine samples with
         # the same defaults, like vLLM's generation_config="vllm".
-        config = GenerationConfig(
+        return GenerationConfig(
             max_new_tokens=params.max_tokens, do_sample=not params.greedy,
             temperature=params.temperature if not params.greedy else None,
             top_p=params.top_p if not params.greedy else None,
             top_k=params.top_k if not params.greedy else None,
             min_p=(params.min_p or None) if not params.greedy else None,
-            eos_token_id=tok.eos_token_id, pad_token_id=pad,
+            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
             stop_strings=list(params.stop) or None,
         )
-        out = self.model.generate(
-            input_ids=input_ids, attention_mask=mask, generation_config=config,
-            tokenizer=tok if params.stop else None,
-        )
-        generated = out[:, width:].tolist()
-        return [self._completion(row, len(x), params) for row, x in zip(generated, batch, strict=True)]
+
+    def _processors(self, params: SamplingParams, prompt_width: int):
+        from transformers import LogitsProcessorList
+
+        from search.engines.regex_constraint import RegexLogitsProcessor, TokenRegex
+
+        if params.regex is None:
+            return None
+        if params.regex not in self._constraints:
+            if len(self._constraints) >= 256:  # one pattern per task is typical; bound the memory
+                self._constraints.clear()
+            self._constraints[params.regex] = TokenRegex(params.regex, self.tokenizer)
+        return LogitsProcessorList([RegexLogitsProcessor(self._constraints[params.regex], self.tokenizer, prompt_width)])
 
     def _completion(self, row: list[int], prompt_tokens: int, params: SamplingParams) -> Completion:
         eos = self.tokenizer.eos_token_id

@@ -120,7 +120,9 @@ class OpenAIEngine:
             args["stop"] = list(params.stop)
         if params.seed is not None:
             args["seed"] = params.seed
-        extra = {k: v for k, v in (("top_k", params.top_k), ("min_p", params.min_p)) if v}
+        extra: dict[str, Any] = {k: v for k, v in (("top_k", params.top_k), ("min_p", params.min_p)) if v}
+        if params.regex is not None:  # vLLM's OpenAI server's structured-output extension
+            extra["structured_outputs"] = {"regex": params.regex}
         if extra:  # not in OpenAI's API; vLLM and ratchet serve accept them
             args["extra_body"] = extra
         return args

@@ -24,6 +24,14 @@ from search.types import (
 )
 
 
+def _structured(regex: str | None):
+    if regex is None:
+        return None
+    from vllm.sampling_params import StructuredOutputsParams
+
+    return StructuredOutputsParams(regex=regex)
+
+
 def _import_vllm():
     try:
         import vllm
@@ -87,6 +95,7 @@ class VLLMEngine:
             n=params.n, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
             min_p=params.min_p, max_tokens=params.max_tokens, stop=list(params.stop) or None,
             seed=params.seed,
+            structured_outputs=_structured(params.regex),
         )
         # Chat text already holds the template's special tokens: pass token ids so vLLM adds none.
         inputs = [

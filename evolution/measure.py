@@ -1,0 +1,76 @@
+"""Measure a program sampler the way the SOAR demo compares models: several sampling seeds,
+on the demo tasks and on held-out tasks that never enter training.
+
+Every measured search is the full SOAR search (samples, refinements, vote) with the same
+budget; only the sampler changes (a model version, the random prior, a control model).
+Each (split, seed) search archives into its own namespace, so it never feeds hindsight
+data and a restarted job finds it done instead of searching again.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from evolution import metrics
+from evolution.filters import FilterConfig
+from evolution.search import Sampler, SearchConfig, SoarSearch, TaskOutcome, Verifier
+from evolution.voting import VoteConfig
+from store.archive import CandidateArchive
+from verifiers.arc.grids import ArcTask
+
+SPLITS = ("demo", "heldout")
+
+
+@dataclass
+class Measurement:
+    seeds: list[int]
+    solved_seeds: list[float]  # demo tasks solved (pass@2), one per sampling seed
+    heldout_solved_seeds: list[float]  # the same on held-out tasks
+    hit_rate: float  # mean over seeds of the fraction of programs tried that are fully correct
+    heldout_hit_rate: float
+    hit_rate_seeds: list[float]
+    heldout_hit_rate_seeds: list[float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def solved(tasks: Mapping[str, ArcTask], outcomes: Mapping[str, TaskOutcome], filters: FilterConfig,
+           vote_cfg: VoteConfig) -> float:
+    return sum(metrics.task_row(tasks[t], outcomes[t], filters, vote_cfg)["solved"] or 0.0 for t in tasks)
+
+
+async def measure(cfg: SearchConfig, *, sampler: Sampler, verifier: Verifier,
+                  archive_for: Callable[[str], CandidateArchive], tasks: Mapping[str, ArcTask],
+                  heldout: Mapping[str, ArcTask], seeds: Sequence[int], model_version: str,
+                  filters: FilterConfig, vote_cfg: VoteConfig,
+                  reuse: Mapping[int, Mapping[str, TaskOutcome]] | None = None,
+                  on_search: Callable[[str, int, float, float], None] | None = None) -> Measurement:
+    """Search every split with every seed; `reuse[seed]` is a demo-task search already done
+    with that seed (the iteration's own search), so it is not repeated."""
+    reuse = reuse or {}
+    results: dict[str, tuple[list[float], list[float]]] = {s: ([], []) for s in SPLITS}
+    for split, split_tasks in (("demo", tasks), ("heldout", heldout)):
+        for seed in seeds:
+            if not split_tasks:
+                outcomes: Mapping[str, TaskOutcome] = {}
+            elif split == "demo" and seed in reuse:
+                outcomes = reuse[seed]
+            else:
+                search = SoarSearch(replace(cfg, seed=seed), sampler=sampler, verifier=verifier,
+                                    archive=archive_for(f"{split}.s{seed}"), model_version=model_version,
+                                    filters=filters, vote_cfg=vote_cfg)
+                outcomes = await search.run(dict(split_tasks))
+            n_solved = solved(split_tasks, outcomes, filters, vote_cfg)
+            hit = metrics.hit_rate(dict(outcomes))
+            results[split][0].append(n_solved)
+            results[split][1].append(hit)
+            if on_search:
+                on_search(split, seed, n_solved, hit)
+    (demo_solved, demo_hits), (held_solved, held_hits) = results["demo"], results["heldout"]
+    return Measurement(seeds=list(seeds), solved_seeds=demo_solved, heldout_solved_seeds=held_solved,
+                       hit_rate=statistics.fmean(demo_hits), heldout_hit_rate=statistics.fmean(held_hits),
+                       hit_rate_seeds=demo_hits, heldout_hit_rate_seeds=held_hits)
