@@ -250,7 +250,9 @@ async def run_async(cfg: SoarConfig) -> dict[str, Any]:
             print("control: the random-program prior ...", flush=True)
             baselines["random_prior"] = await random_prior_control(cfg, store, tasks, heldout, verifier_pool)
             summary = write_outputs(cfg, run_dir, tasks, results, baselines)
-        if cfg.controls.seed_only and cfg.iterations > 1:
+        if cfg.controls.seed_only and cfg.iterations < 2:
+            print("controls.seed_only skipped: with one iteration there is no extra training to match", flush=True)
+        elif cfg.controls.seed_only:
             baselines["seed_only_control"] = await seed_only_control(cfg, store, tasks, heldout, sampler_pool,
                                                                      verifier_pool, base, storage)
             summary = write_outputs(cfg, run_dir, tasks, results, baselines)
