@@ -33,6 +33,9 @@ def job_overrides(model: str, runs_dir: Path, experiment: str) -> list[str]:
         f"tasks.ids=[{','.join(TASK_IDS)}]", "search.samples_per_task=8", "search.refinements_per_task=4",
         "search.batch=4", "search.max_tokens=48", "search.prompt_style=compact", "search.one_shot=false",
         "sampler.num_cpus_per_actor=0.5", "curve_budgets=[1,4,12]", "render_tasks=1",
+        # the demo config measures and controls; tests that want them turn them back on
+        "tasks.heldout_ids=[]", "controls.measure_models=false", "controls.random_prior=false",
+        "controls.seed_only=false",
     ]
 
 
