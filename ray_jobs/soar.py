@@ -83,8 +83,8 @@ class LearnConfig:
 
 @dataclass
 class ControlsConfig:
-    # Measure every model version on these sampling seeds, demo and held-out tasks (the
-    # iteration's own search is the run of search.seed). Empty: only the iteration's search.
+    # Sampling seeds every measured sampler (model versions, controls) is searched with, on
+    # demo and held-out tasks; the iteration's own search counts as the run of search.seed.
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     measure_models: bool = False  # every model version on every seed and split (the demo does)
     random_prior: bool = False  # also search with random DSL programs (no model), same budget
