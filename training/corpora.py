@@ -40,6 +40,17 @@ def digit_map(
     return rows
 
 
+def named_function(source: str, what: str, expected: str = "'module:function'"):
+    """The function a `module:function` string names; errors say which setting was wrong."""
+    module_name, sep, func_name = source.partition(":")
+    if not sep:
+        raise ValueError(f"{what} {source!r} must be {expected}")
+    try:
+        return getattr(importlib.import_module(module_name), func_name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"{what} {source!r} cannot be loaded: {e}") from e
+
+
 def load_corpus(source: str, n: int, seed: int, kwargs: dict[str, Any] | None = None) -> list[dict[str, str]]:
     """Rows from `module:function` (called with n, seed and kwargs) or a JSONL file of rows."""
     if source.endswith(".jsonl"):
@@ -48,14 +59,7 @@ def load_corpus(source: str, n: int, seed: int, kwargs: dict[str, Any] | None = 
             raise FileNotFoundError(f"corpus file {path} does not exist")
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         return rows[:n] if n else rows
-    module_name, sep, func_name = source.partition(":")
-    if not sep:
-        raise ValueError(f"corpus {source!r} must be 'module:function' or a .jsonl path")
-    try:
-        func = getattr(importlib.import_module(module_name), func_name)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"corpus {source!r} cannot be loaded: {e}") from e
-    rows = func(n=n, seed=seed, **(kwargs or {}))
+    rows = named_function(source, "corpus", "'module:function' or a .jsonl path")(n=n, seed=seed, **(kwargs or {}))
     bad = next((r for r in rows if not {"prompt", "completion"} <= set(r)), None)
     if bad is not None:
         raise ValueError(f"corpus {source!r} returned a row without prompt/completion: {sorted(bad)}")

@@ -14,7 +14,6 @@ so a changed corpus generator rebuilds and an unchanged one is reused.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import shutil
 import tempfile
@@ -25,7 +24,7 @@ from typing import Any, Literal
 
 from store.codehash import content_hash
 from store.server import ratchet_home
-from training.corpora import load_corpus
+from training.corpora import load_corpus, named_function
 
 # Wide and shallow: on CPU about 3x faster to train than deep-narrow at the same size.
 PRESETS: dict[str, dict[str, int]] = {
@@ -72,13 +71,7 @@ def load_words(source: str) -> list[str]:
     """The whole-word tokens named by `module:function` ("" for none)."""
     if not source:
         return []
-    module_name, sep, func_name = source.partition(":")
-    if not sep:
-        raise ValueError(f"words {source!r} must be 'module:function'")
-    try:
-        words = list(getattr(importlib.import_module(module_name), func_name)())
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"words {source!r} cannot be loaded: {e}") from e
+    words = list(named_function(source, "words")())
     if not all(isinstance(w, str) and w for w in words):
         raise ValueError(f"words {source!r} must return non-empty strings")
     return words
