@@ -21,7 +21,7 @@ from evolution.programs import body_regex
 from evolution.prompts import sampling_prompt
 from evolution.tasks import load_split
 from search.engines.hf import TransformersEngine
-from search.types import SamplingParams
+from common.sampling import SamplingParams
 
 ROUNDS = 5
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from search.types import Completion, SamplingParams
+from common.sampling import Completion, SamplingParams
 
 GOAL = 0.9  # pool and endpoint tokens/s over the bare engine's
 

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Sequence
 
 from evolution.search import Sampler, Verifier
-from search.types import SamplingParams
+from common.sampling import SamplingParams
 from verifiers.arc.grids import ArcTask
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from evolution.programs import colours, random_program, render
 from evolution.prompts import compact_task, completion_from_program
 from evolution.search import Sampler
-from search.types import Completion, SamplingParams
+from common.sampling import Completion, SamplingParams
 from verifiers.arc.grids import ArcTask
 
 RANDOM_PRIOR = "random-prior"  # the model_version its programs carry

@@ -35,7 +35,7 @@ from evolution.prompts import (
 from evolution.records import Candidate
 from evolution.rex import RexConfig, balanced_pool, choose_parents
 from evolution.voting import VoteConfig, vote
-from search.types import Completion, Generate, SamplingParams
+from common.sampling import Completion, Generate, SamplingParams
 from store.archive import CandidateArchive
 from verifiers.arc.grids import ArcTask
 from verifiers.arc.results import ProgramResult

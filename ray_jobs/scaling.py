@@ -32,7 +32,7 @@ from search.arith_problems import arith_triples, make_problems
 from search.curves import LABELS, Curves, CurvesConfig, compute_curves, plot_curves
 from search.scaling_pool import ScoredPool
 from search.scaling_sampling import SamplingPlan, ScalingSampler
-from search.types import Completion, Prompt, SamplingParams
+from common.sampling import Completion, Prompt, SamplingParams
 from store import Store
 from store.codehash import content_hash
 from training.seed import SeedConfig, build_seed_model

@@ -26,7 +26,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 
 from search.engines import engine_class, make_engine
-from search.types import Completion, Prompt, SamplingParams, check_counts
+from common.sampling import Completion, Prompt, SamplingParams, check_counts
 
 # Threads an actor keeps beyond its generate slots, so stats() and load() answer while it works.
 CONTROL_THREADS = 2

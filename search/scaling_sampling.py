@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from search.types import Generate, SamplingParams
+from common.sampling import Generate, SamplingParams
 from store.keys import exp
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent
 from verifiers.selfverify import (

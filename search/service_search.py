@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from search.types import Completion, Generate, Prompt, SamplingParams
+from common.sampling import Completion, Generate, Prompt, SamplingParams
 from verifiers.math_answers import extract_answer, group_answers
 from verifiers.selfverify import (
     compare_prompt,

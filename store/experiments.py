@@ -23,6 +23,7 @@ class Experiment:
     status: Status = "created"
     created: float = 0.0
     updated: float = 0.0
+    error: str = ""  # why a failed run failed ("ExceptionType: message")
 
 
 class ExperimentRegistry:
@@ -60,10 +61,10 @@ class ExperimentRegistry:
             key=lambda e: e.created,
         )
 
-    def set_status(self, name: str, status: Status) -> Experiment:
+    def set_status(self, name: str, status: Status, error: str = "") -> Experiment:
         if status not in STATUSES:
             raise ValueError(f"status {status!r} is not one of {STATUSES}")
         exp = self.get(name)
-        exp.status, exp.updated = status, time.time()
+        exp.status, exp.updated, exp.error = status, time.time(), error
         self.client.hset(keys.experiments(), name, dumps(asdict(exp)))
         return exp

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from search.types import SamplingParams
+from common.sampling import SamplingParams
 
 DIGIT_MAP = "7360918254"
 GREEDY = SamplingParams(temperature=0, max_tokens=8)

@@ -11,7 +11,7 @@ from evolution.baselines import RANDOM_PRIOR, random_prior_sampler
 from evolution.prompts import sampling_prompt
 from evolution.search import SearchConfig, SoarSearch
 from evolution.tasks import load_split
-from search.types import SamplingParams
+from common.sampling import SamplingParams
 from verifiers.arc import ArcExecutor
 
 ONE_STEP_TASKS = ["3c9b0459", "6150a2bd", "67a3c6ac", "68b16354", "74dd1130", "9dfd6313"]  # rotations/flips

@@ -11,7 +11,7 @@ from _models import GREEDY, build_models, expected
 
 from search.engines import ENGINES, make_engine
 from search.engines.openai_engine import OpenAIEngine
-from search.types import ContextLengthError, SamplingParams, render_prompt, truncate_at_stop
+from common.sampling import ContextLengthError, SamplingParams, render_prompt, truncate_at_stop
 
 PROMPTS = ["map 3 1 4 =>", "map 1 2 3 4 5 6 =>", "map 8 =>", "map 0 9 =>"]
 

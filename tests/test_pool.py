@@ -10,7 +10,7 @@ import ray
 from _models import GREEDY, build_models, expected
 
 from search.pool import PoolConfig, Router, SamplerPool, SamplerWorker
-from search.types import SamplingParams
+from common.sampling import SamplingParams
 
 PROMPTS = [f"map {i % 10} {(3 * i) % 10} =>" for i in range(12)]
 
@@ -127,7 +127,7 @@ def test_pool_load_switches_every_actor_to_a_registry_version(pool, models, stor
 
 
 def test_pool_rejects_a_too_long_prompt_and_keeps_serving(pool, models):
-    from search.types import ContextLengthError
+    from common.sampling import ContextLengthError
 
     asyncio.run(pool.load_checkpoint(models["trained"], "v0"))
     with pytest.raises(ContextLengthError, match="maximum context length"):

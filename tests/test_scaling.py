@@ -15,7 +15,7 @@ from search.arith_problems import make_problems, seed_corpus
 from search.scaling_pool import ScoredPool
 from search.scaling_sampling import SamplingPlan, ScalingSampler
 from search.service_search import SearchOptions, search_and_select
-from search.types import Completion, SamplingParams
+from common.sampling import Completion, SamplingParams
 from verifiers.math_answers import extract_answer
 
 

@@ -15,7 +15,7 @@ from search.engines.openai_engine import OpenAIEngine
 from search.pool import PoolConfig
 from search.serve import ServeSettings
 from search.serve.app import build_app
-from search.types import Completion, ContextLengthError, SamplingParams
+from common.sampling import Completion, ContextLengthError, SamplingParams
 
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

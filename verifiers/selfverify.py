@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from common.sampling import Prompt
+
 Style = Literal["full", "compact"]
-# Same shape as search.types.Prompt (text or chat messages); verifiers/ sits below search/.
-Prompt = str | list[dict[str, str]]
 STYLES: tuple[str, ...] = ("full", "compact")
 
 VERIFY_INSTRUCTIONS = (

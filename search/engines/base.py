@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from search.types import Completion, Prompt, SamplingParams
+from common.sampling import Completion, Prompt, SamplingParams
 
 
 @runtime_checkable

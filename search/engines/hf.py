@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from search.engines.base import default_version
-from search.types import (
+from common.sampling import (
     Completion,
     Prompt,
     SamplingParams,

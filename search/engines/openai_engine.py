@@ -17,7 +17,7 @@ from typing import Any
 
 import openai
 
-from search.types import Completion, ContextLengthError, Prompt, SamplingParams, check_counts
+from common.sampling import Completion, ContextLengthError, Prompt, SamplingParams, check_counts
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from search.engines.base import default_version
-from search.types import (
+from common.sampling import (
     Completion,
     Prompt,
     SamplingParams,

@@ -24,7 +24,7 @@ from search.serve.protocol import (
     completion_response,
     error_body,
 )
-from search.types import Completion, ContextLengthError, Prompt, SamplingParams, check_counts
+from common.sampling import Completion, ContextLengthError, Prompt, SamplingParams, check_counts
 
 log = logging.getLogger("ratchet.serve")
 

@@ -15,7 +15,7 @@ from ray import serve
 
 from search.pool import PoolConfig, SamplerPool
 from search.serve.app import build_app
-from search.types import Completion, Prompt, SamplingParams
+from common.sampling import Completion, Prompt, SamplingParams
 
 REPLICA_CPUS = 0  # the replica only routes; the pool's actors hold the CPUs/GPUs
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from search.types import Completion, SamplingParams
+from common.sampling import Completion, SamplingParams
 
 
 class _SamplingRequest(BaseModel):

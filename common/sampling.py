@@ -1,4 +1,7 @@
-"""The sampling contract every engine, the pool and the HTTP endpoint share.
+"""The sampling contract every engine, the pool, the HTTP endpoint, verifiers and judges share.
+
+It sits in common/, the bottom layer, so a verifier or judge can take a `Generate` without
+importing the sampling infrastructure above it.
 
 `SamplingParams` uses vLLM's names so a config written for one engine means the same to
 the others; `Completion` is what every engine returns, tagged with the model version that
