@@ -1,0 +1,146 @@
+"""Embedded seed models: small checkpoints shipped in models/, each with its recipe manifest.
+
+    make seeds                                        # = python -m training.embedded build
+    python -m training.embedded build NAME [NAME ...] # rebuild some of them
+    python -m training.embedded check                 # every manifest against its recipe
+
+A demo cannot spend its minutes training a seed model, so the demos' seeds are built once,
+trained longer than a demo could afford, and committed. A recipe is a `module:function`
+returning a `SeedConfig`; the manifest records the recipe's hash (the seed cache key: corpus
+content, preset, training fields, seed), the training figures, an optional held-out
+measurement and the hash of every file. `check` fails when the code's recipe no longer
+matches the manifest or a file no longer matches its hash, so a shipped checkpoint never
+drifts silently from the code that claims to have made it. Rebuild only when a recipe
+changes: every rebuild adds megabytes to the repository's history.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from training.corpora import load_corpus, named_function
+from training.seed import SeedConfig, build_seed_model, cache_key
+
+MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class Recipe:
+    seed: str  # `module:function` returning the SeedConfig
+    evaluate: str = ""  # optional `module:function(checkpoint_path) -> dict` held-out measurement
+
+
+# name -> recipe (named by string, as corpora are: training imports no workload package);
+# the workloads' configs point at models/<name>.
+RECIPES: dict[str, Recipe] = {}
+
+
+def recipe_config(name: str) -> SeedConfig:
+    if name not in RECIPES:
+        raise KeyError(f"no embedded model recipe named {name!r}; known: {sorted(RECIPES)}")
+    cfg = named_function(RECIPES[name].seed, "seed")()
+    if not isinstance(cfg, SeedConfig):
+        raise TypeError(f"recipe {RECIPES[name].seed!r} must return a SeedConfig, got {type(cfg).__name__}")
+    return replace(cfg, cache_dir=None)
+
+
+def recipe_hash(cfg: SeedConfig) -> str:
+    return cache_key(cfg, load_corpus(cfg.corpus, cfg.n, cfg.seed, cfg.corpus_kwargs))
+
+
+def file_hashes(path: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.iterdir()) if p.is_file() and p.name != MANIFEST}
+
+
+def build(name: str, models_dir: Path = MODELS_DIR) -> dict[str, Any]:
+    """Train the recipe from scratch (no cache) and write models/<name> with its manifest."""
+    cfg = recipe_config(name)
+    with tempfile.TemporaryDirectory(prefix="ratchet-seed-") as tmp:
+        result = build_seed_model(replace(cfg, cache_dir=tmp))
+        target = models_dir / name
+        staging = models_dir / f".{name}.tmp"
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(result.path, staging)
+    manifest: dict[str, Any] = {
+        "name": name,
+        "recipe": RECIPES[name].seed,
+        "config": {k: v for k, v in asdict(cfg).items() if k != "cache_dir"},
+        "recipe_hash": result.info["key"],
+        "parameters": result.info["parameters"],
+        "corpus_rows": result.info["corpus_rows"],
+        "build_s": result.info["build_s"],
+        "train": result.info["train"],
+    }
+    if RECIPES[name].evaluate:
+        manifest["heldout"] = named_function(RECIPES[name].evaluate, "evaluate")(str(staging))
+    manifest["files"] = file_hashes(staging)
+    (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return manifest
+
+
+def problems(name: str, models_dir: Path = MODELS_DIR) -> list[str]:
+    """What is wrong with models/<name> against its recipe (empty: it matches)."""
+    path = models_dir / name
+    if not (path / MANIFEST).exists():
+        return [f"models/{name} has no {MANIFEST}: run `make seeds`"]
+    manifest = json.loads((path / MANIFEST).read_text())
+    found = []
+    want = recipe_hash(recipe_config(name))
+    if manifest.get("recipe_hash") != want:
+        found.append(f"models/{name}: recipe {RECIPES[name].seed} now hashes to {want}, the manifest says "
+                     f"{manifest.get('recipe_hash')}: the recipe changed; rebuild with "
+                     f"`python -m training.embedded build {name}`")
+    if manifest.get("files") != file_hashes(path):
+        found.append(f"models/{name}: its files do not match the hashes in its manifest")
+    return found
+
+
+def checkpoint(name: str, models_dir: Path = MODELS_DIR) -> str:
+    """The path of an embedded model, after checking its files against its manifest."""
+    path = models_dir / name
+    if not (path / MANIFEST).exists():
+        raise FileNotFoundError(f"embedded model models/{name} is missing: run `make seeds`")
+    manifest = json.loads((path / MANIFEST).read_text())
+    if manifest.get("files") != file_hashes(path):
+        raise ValueError(f"models/{name}: files do not match its manifest; rebuild with `make seeds`")
+    return str(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m training.embedded", description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["build", "check", "list"])
+    parser.add_argument("names", nargs="*", help="recipes (default: all)")
+    args = parser.parse_args(argv)
+    names = args.names or sorted(RECIPES)
+    if args.command == "list":
+        for n in names:
+            print(f"{n}: {RECIPES[n].seed}")
+    elif args.command == "build":
+        for n in names:
+            m = build(n)
+            print(f"models/{n}: {m['parameters']:,} parameters, {m['train'].get('steps')} steps, "
+                  f"loss {m['train'].get('last_loss')}, built in {m['build_s']}s"
+                  + (f", held-out {m['heldout']}" if "heldout" in m else ""), flush=True)
+    else:
+        bad = [p for n in names for p in problems(n)]
+        for p in bad:
+            print(p, file=sys.stderr)
+        if bad:
+            raise SystemExit(1)
+        print(f"{len(names)} embedded models match their recipes")
+
+
+if __name__ == "__main__":
+    main()
