@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_sampling import random_model
+from common.sampling import SamplingParams
 from evolution.programs import body_regex
 from evolution.prompts import sampling_prompt
 from evolution.tasks import load_split
 from search.engines.hf import TransformersEngine
-from common.sampling import SamplingParams
 
 ROUNDS = 5
 

@@ -19,7 +19,8 @@ import uuid
 from pathlib import Path
 
 from common.config import load_config
-from ray_jobs.soar import SoarConfig, run
+from evolution.config import SoarConfig
+from ray_jobs import runner, soar
 from training.seed import SeedConfig, build_seed_model
 
 QUICK_SEED = SeedConfig(
@@ -45,7 +46,7 @@ def main() -> None:
                 f"experiment=bench-soar-{tag}-{attempt}", f"runs_dir={runs}", f"model.checkpoint={seed.path}",
                 "search.samples_per_task=32", "search.refinements_per_task=16", "render_tasks=0", *NO_CONTROLS,
             ])
-            e = run(cfg)["iterations"][0]
+            e = runner.execute(soar.JOB, cfg)["iterations"][0]
             executed = e["executions"] + e["cache_hits"]
             rows.append((attempt, e, e["cache_hits"] / executed if executed else 0.0))
         print(f"\n{'run':5s} {'tasks':>5s} {'programs':>8s} {'prog/s':>7s} {'sampler busy':>12s} {'cache hit':>9s} {'solved':>6s}")
@@ -59,7 +60,7 @@ def main() -> None:
             "iterations=2", "search.samples_per_task=32", "search.refinements_per_task=16", "render_tasks=0",
             "learn.max_steps=40", "sampler.num_actors=2", "sampler.num_cpus_per_actor=0.25", *NO_CONTROLS,
         ])
-        entries = run(cfg)["iterations"]
+        entries = runner.execute(soar.JOB, cfg)["iterations"]
         print(f"\n{'iteration':9s} {'search s':>8s} {'dataset s':>9s} {'train s':>7s} {'switch s':>8s} {'rows':>5s}")
         for e in entries:
             t = e["timing"]

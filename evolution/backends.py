@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from evolution.search import Sampler, Verifier
 from common.sampling import SamplingParams
+from evolution.driver import Sampler, Verifier
 from verifiers.arc.grids import ArcTask
 
 

@@ -13,10 +13,10 @@ import hashlib
 import random
 from collections.abc import Mapping, Sequence
 
+from common.sampling import Completion, SamplingParams
+from evolution.driver import Sampler
 from evolution.programs import colours, random_program, render
 from evolution.prompts import compact_task, completion_from_program
-from evolution.search import Sampler
-from common.sampling import Completion, SamplingParams
 from verifiers.arc.grids import ArcTask
 
 RANDOM_PRIOR = "random-prior"  # the model_version its programs carry

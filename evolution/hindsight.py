@@ -41,8 +41,6 @@ class HindsightConfig:
     selection: Selection = "greedy-diverse"  # paper's best; "correct-only" is what its released code does
     refinement_per_task: int = 10  # refinement pairs kept per task, balanced across parent bins
     iterations: Literal["all", "last"] = "all"  # archive iterations to learn from
-    prompt_style: PromptStyle = "compact"
-    max_prompt_chars: int | None = None  # as search.max_prompt_chars (set from it by the soar job)
     # Test-time training: among programs equally right on the train pairs, prefer those whose
     # test outputs the weighted majority vote favours (the test answers are never seen).
     vote_weighted: bool = False
@@ -109,20 +107,21 @@ def select_programs(cands: Sequence[Candidate], cfg: HindsightConfig, rng: rando
 
 
 def sampling_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightConfig,
-                  rng: random.Random) -> list[dict[str, str]]:
+                  rng: random.Random, style: PromptStyle = "compact") -> list[dict[str, str]]:
     rows = []
     weights = vote_weights(task, cands) if cfg.vote_weighted else None
     for c in select_programs(cands, cfg, rng, weights):
         new = relabeled_task(task, c, rng)
         if new is not None:
-            rows.append({"prompt": sampling_prompt(new, cfg.prompt_style),
-                         "completion": completion_from_program(c.code, cfg.prompt_style),
+            rows.append({"prompt": sampling_prompt(new, style),
+                         "completion": completion_from_program(c.code, style),
                          "task_id": task.id, "kind": "sample", "train_accuracy_on_task": c.train_accuracy})
     return rows
 
 
 def refinement_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightConfig,
-                    rng: random.Random) -> list[dict[str, str]]:
+                    rng: random.Random, style: PromptStyle = "compact",
+                    max_prompt_chars: int | None = None) -> list[dict[str, str]]:
     """Parent prompt -> child that solved more train pairs, balanced across parent bins."""
     by_hash = {c.code_hash: c for c in cands}
     pairs_by_bin: dict[str, list[tuple[Candidate, Candidate]]] = defaultdict(list)
@@ -137,22 +136,24 @@ def refinement_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightCon
             if q and len(picked) < cfg.refinement_per_task:
                 picked.append(q.pop())
     visible = task.without_answers()
-    return [{"prompt": refinement_prompt(visible, p, cfg.prompt_style, cfg.max_prompt_chars),
-             "completion": completion_from_program(ch.code, cfg.prompt_style),
+    return [{"prompt": refinement_prompt(visible, p, style, max_prompt_chars),
+             "completion": completion_from_program(ch.code, style),
              "task_id": task.id, "kind": "refine", "train_accuracy_on_task": ch.train_accuracy}
             for p, ch in picked]
 
 
 def build_rows(tasks: dict[str, ArcTask], cands_by_task: dict[str, list[Candidate]], cfg: HindsightConfig,
-               iteration: int) -> tuple[list[dict], dict[str, int]]:
-    """All hindsight rows for the tasks, and counts for the summary."""
+               iteration: int, *, style: PromptStyle = "compact",
+               max_prompt_chars: int | None = None) -> tuple[list[dict], dict[str, int]]:
+    """All hindsight rows for the tasks, and counts for the summary. `style` and
+    `max_prompt_chars` are the search's, so rows look like the prompts the model samples from."""
     rng = random.Random(cfg.seed * 7919 + iteration)
     rows: list[dict] = []
     counts = {"sample_rows": 0, "refine_rows": 0, "wrong_program_rows": 0, "tasks_with_rows": 0}
     for tid, task in tasks.items():
         cands = [c for c in cands_by_task.get(tid, []) if cfg.iterations == "all" or c.iteration == iteration]
-        s = sampling_rows(task, cands, cfg, rng)
-        r = refinement_rows(task, cands, cfg, rng)
+        s = sampling_rows(task, cands, cfg, rng, style)
+        r = refinement_rows(task, cands, cfg, rng, style, max_prompt_chars)
         counts["sample_rows"] += len(s)
         counts["refine_rows"] += len(r)
         counts["wrong_program_rows"] += sum(row["train_accuracy_on_task"] < 1.0 for row in s)

@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from evolution import metrics
+from evolution.driver import Sampler, SearchConfig, SoarSearch, TaskOutcome, Verifier
 from evolution.filters import FilterConfig
-from evolution.search import Sampler, SearchConfig, SoarSearch, TaskOutcome, Verifier
 from evolution.voting import VoteConfig
 from store.archive import CandidateArchive
 from verifiers.arc.grids import ArcTask

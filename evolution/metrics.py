@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from evolution.driver import TaskOutcome
 from evolution.filters import FilterConfig, keep_for_voting
 from evolution.records import Candidate
-from evolution.search import TaskOutcome
 from evolution.voting import VoteConfig, oracle, score_task, vote
 from verifiers.arc.grids import ArcTask
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
+import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from common.config import dump_yaml, load_config, to_dict
 from store import Store
 
 C = TypeVar("C")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 @dataclass
@@ -92,4 +94,5 @@ def parse(spec: JobSpec[C], argv: list[str] | None = None) -> C:
 
 
 def main(spec: JobSpec[C], argv: list[str] | None = None) -> dict[str, Any]:
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt="%H:%M:%S")
     return execute(spec, parse(spec, argv))

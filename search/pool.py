@@ -25,8 +25,8 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from search.engines import engine_class, make_engine
 from common.sampling import Completion, Prompt, SamplingParams, check_counts
+from search.engines import engine_class, make_engine
 
 # Threads an actor keeps beyond its generate slots, so stats() and load() answer while it works.
 CONTROL_THREADS = 2

@@ -28,3 +28,15 @@ def exp(name: str, *parts: str) -> str:
 def exec_cache(task_fingerprint: str) -> str:
     # shared by all experiments: a result depends only on the task and the code
     return f"{PREFIX}:exec:{task_fingerprint}"
+
+
+# Names *inside* an experiment's candidate archive (counter fields and mark hashes; the
+# archive prefixes them with the experiment's key). SOAR's search budgets are per iteration.
+def search_counter(iteration: int, what: str, task_id: str) -> str:
+    """A task's per-iteration budget counter or mark: sampled, refined, no_code, correct, seen."""
+    return f"it{iteration}:{what}:{task_id}"
+
+
+def refine_count(task_id: str, code_hash: str) -> str:
+    """How often a parent program was refined (REX's N), across iterations."""
+    return f"nref:{task_id}:{code_hash}"

@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
+from common.sampling import SamplingParams
 from evolution.backends import local_verifier
 from evolution.baselines import RANDOM_PRIOR, random_prior_sampler
+from evolution.driver import SearchConfig, SoarSearch
 from evolution.prompts import sampling_prompt
-from evolution.search import SearchConfig, SoarSearch
 from evolution.tasks import load_split
-from common.sampling import SamplingParams
 from verifiers.arc import ArcExecutor
 
 ONE_STEP_TASKS = ["3c9b0459", "6150a2bd", "67a3c6ac", "68b16354", "74dd1130", "9dfd6313"]  # rotations/flips

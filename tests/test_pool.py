@@ -9,8 +9,8 @@ import pytest
 import ray
 from _models import GREEDY, build_models, expected
 
-from search.pool import PoolConfig, Router, SamplerPool, SamplerWorker
 from common.sampling import SamplingParams
+from search.pool import PoolConfig, Router, SamplerPool, SamplerWorker
 
 PROMPTS = [f"map {i % 10} {(3 * i) % 10} =>" for i in range(12)]
 

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 
 from evolution.backends import local_sampler, local_verifier
+from evolution.driver import SearchConfig, SoarSearch
 from evolution.filters import FilterConfig
 from evolution.records import Candidate
-from evolution.search import SearchConfig, SoarSearch
 from evolution.tasks import load_split
 from search.engines.hf import TransformersEngine
 from verifiers.arc import ArcExecutor

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from common.config import load_config
-from ray_jobs.soar import SoarConfig, run
+from evolution.config import SoarConfig, TaskSetConfig
+from evolution.loop import load_tasks
+from ray_jobs import runner, soar
 
 TASK_IDS = ["3c9b0459", "6150a2bd"]
 HELDOUT_ID = "67a3c6ac"  # 3x3 too; never searched for hindsight, never trained on
@@ -49,7 +51,7 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
         "controls.random_prior=true", "controls.seed_only=true",
     ]
     cfg = load_config("configs/soar-demo.yaml", SoarConfig, overrides)
-    summary = run(cfg)
+    summary = runner.execute(soar.JOB, cfg)
     run_dir = tmp_path / experiment_name
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "report.md", "curve.png", "iterations.png",
                  f"task-{TASK_IDS[0]}.png"):
@@ -87,7 +89,7 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
     assert store.archive(f"{experiment_name}.eval.v0.heldout.s1").get_task(HELDOUT_ID)
     assert store.experiments.get(experiment_name).status == "done"
     # a rerun resumes from the store: budgets spent, the model already trained, nothing redone
-    again = run(cfg)
+    again = runner.execute(soar.JOB, cfg)
     assert [e["programs"] for e in again["iterations"]] == [e["programs"] for e in entries]
     assert [e["solved_seeds"] for e in again["iterations"]] == [e["solved_seeds"] for e in entries]
     assert store.models(experiment_name).list() == models
@@ -95,8 +97,6 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
 
 
 def test_held_out_tasks_must_not_be_search_tasks():
-    from ray_jobs.soar import TaskSetConfig, load_tasks
-
     with pytest.raises(ValueError, match="held-out tasks must never be trained on"):
         load_tasks(TaskSetConfig(ids=TASK_IDS, heldout_ids=[TASK_IDS[0]]))
 

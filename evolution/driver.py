@@ -1,4 +1,4 @@
-"""SOAR search: sample programs per task, execute them, refine the promising ones, vote.
+"""SOAR's search driver: sample programs per task, execute them, refine the promising ones, vote.
 
 The driver is plain asyncio over two injected async functions, so it runs the same on a
 Ray cluster (SamplerPool + ArcVerifierPool) and in one process (an engine + ArcExecutor):
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from common.sampling import Completion, Generate, SamplingParams
 from evolution.dsl import __all__ as DSL_NAMES
 from evolution.extract import extract_code
 from evolution.filters import FilterConfig, keep_for_refinement, keep_for_voting
@@ -35,7 +36,7 @@ from evolution.prompts import (
 from evolution.records import Candidate
 from evolution.rex import RexConfig, balanced_pool, choose_parents
 from evolution.voting import VoteConfig, vote
-from common.sampling import Completion, Generate, SamplingParams
+from store import keys
 from store.archive import CandidateArchive
 from verifiers.arc.grids import ArcTask
 from verifiers.arc.results import ProgramResult
@@ -112,7 +113,7 @@ class SoarSearch:
 
     # --- counters kept in the store (budgets survive restarts) -----------------------------
     def _key(self, task_id: str, what: str) -> str:
-        return f"it{self.iteration}:{what}:{task_id}"
+        return keys.search_counter(self.iteration, what, task_id)
 
     def _params(self, task: ArcTask, n: int, salt: int) -> SamplingParams:
         c = self.cfg
@@ -203,7 +204,7 @@ class SoarSearch:
 
         n_refined = dict(zip(
             (c.code_hash for c in outcome.candidates),
-            self.archive.counters([f"nref:{task.id}:{c.code_hash}" for c in outcome.candidates]), strict=True))
+            self.archive.counters([keys.refine_count(task.id, c.code_hash) for c in outcome.candidates]), strict=True))
         rng = _rng(cfg.seed, task.id, self.iteration, f"rex{outcome.refined}")
         while outcome.refined < cfg.refinements_per_task and self._solved_train(outcome) < cfg.stop_after_correct:
             pool = balanced_pool(outcome.candidates, cfg.pool_size, rng,
@@ -219,7 +220,8 @@ class SoarSearch:
             counters = {self._key(task.id, "refined"): n}
             for p in parents:
                 n_refined[p.code_hash] = n_refined.get(p.code_hash, 0) + 1
-                counters[f"nref:{task.id}:{p.code_hash}"] = counters.get(f"nref:{task.id}:{p.code_hash}", 0) + 1
+                nref = keys.refine_count(task.id, p.code_hash)
+                counters[nref] = counters.get(nref, 0) + 1
             await self._evaluate(task, [r[0] for r in rows], "refine", parents, counters, outcome)
             outcome.refined += n
             self.on_progress(task.id, n)

@@ -1,0 +1,96 @@
+"""The SOAR workload's config, declared once: every field with its default and why.
+
+    cfg = load_config("configs/soar-demo.yaml", SoarConfig, ["search.samples_per_task=64"])
+
+Nothing writes into a SoarConfig after loading: the loop passes what a step needs (the
+prompt style to hindsight, the experiment to the registry) as arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from evolution.driver import SearchConfig
+from evolution.filters import FilterConfig
+from evolution.hindsight import HindsightConfig
+from evolution.voting import VoteConfig
+from search.pool import PoolConfig
+from training.seed import SeedConfig
+
+ARC_DSL = "evolution.dsl"  # the one module generated programs may import inside the sandbox
+
+
+@dataclass
+class TaskSetConfig:
+    split: str = "arc1-train"  # arc1-train | arc1-eval | arc2-train | arc2-eval | a Kaggle JSON file/dir
+    ids: list[str] = field(default_factory=list)  # explicit task ids (empty: all that fit max_grid)
+    # Held-out tasks of the same split: measured with every model and control, never searched
+    # for hindsight data and kept out of the seed corpus, so gains there are generalisation.
+    heldout_ids: list[str] = field(default_factory=list)
+    max_grid: int | None = None  # keep tasks whose grids are at most this many cells per side
+    limit: int | None = None  # first N tasks after the filters
+
+
+@dataclass
+class ModelConfig:
+    checkpoint: str = ""  # a Hugging Face checkpoint dir; empty: build the seed model below
+    seed: SeedConfig = field(default_factory=lambda: SeedConfig(
+        preset="tiny", corpus="evolution.seed_corpus:seed_corpus", n=20000, max_steps=1500,
+        learning_rate=2e-3, max_length=2048))
+
+
+@dataclass
+class VerifierConfig:
+    actors: int = 1  # ArcVerifierPool actors (one CPU each per worker)
+    workers_per_actor: int = 1  # warm sandbox workers per actor
+    use_cache: bool = True  # the store's execution cache
+
+
+@dataclass
+class LearnConfig:
+    from_base: bool = True  # each iteration fine-tunes the base model on all data so far (the paper); False: the previous one
+    lora: bool = False  # LoRA adapters (merged into the saved checkpoint) instead of full fine-tuning
+    max_steps: int = 200  # SFT steps per iteration
+    learning_rate: float = 1e-3
+    batch_size: int = 16
+    max_length: int = 2048  # tokens per training sequence
+    num_cpus: float = 1.0  # Ray CPUs reserved for the SFT task (the samplers idle meanwhile)
+    # Fresh rows of model.seed's corpus mixed into every step's hindsight data (replay): a small
+    # model fine-tuned on a few tasks' programs alone forgets what the seed corpus taught it.
+    seed_rows: int = 0
+    hindsight: HindsightConfig = field(default_factory=HindsightConfig)
+
+
+@dataclass
+class ControlsConfig:
+    # Sampling seeds every measured sampler (model versions, controls) is searched with, on
+    # demo and held-out tasks; the iteration's own search counts as the run of search.seed.
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    measure_models: bool = False  # every model version on every seed and split (the demo does)
+    random_prior: bool = False  # also search with random DSL programs (no model), same budget
+    seed_only: bool = False  # the seed model + the same extra SFT steps on seed-corpus rows only
+
+    def __post_init__(self):
+        if not self.seeds:
+            raise ValueError("controls.seeds must name at least one sampling seed")
+        if len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"controls.seeds {self.seeds} repeats a seed")
+
+
+@dataclass
+class SoarConfig:
+    experiment: str = "soar"  # Redis namespace; the same name resumes
+    runs_dir: str = "runs"
+    storage_path: str = ""  # checkpoints and datasets; every node must read it (default: the run dir)
+    iterations: int = 1  # searches; a learning step (hindsight SFT) runs between consecutive ones
+    tasks: TaskSetConfig = field(default_factory=TaskSetConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    search: SearchConfig = field(default_factory=SearchConfig)
+    sampler: PoolConfig = field(default_factory=PoolConfig)
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)
+    filters: FilterConfig = field(default_factory=FilterConfig)
+    vote: VoteConfig = field(default_factory=VoteConfig)
+    learn: LearnConfig = field(default_factory=LearnConfig)
+    controls: ControlsConfig = field(default_factory=ControlsConfig)
+    curve_budgets: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6000])
+    render_tasks: int = 6  # PNG renderings of this many tasks with their attempts

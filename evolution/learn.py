@@ -1,0 +1,89 @@
+"""SOAR's learning step: hindsight rows from the archive, then SFT -> a published version.
+
+`train_and_publish` is the one sequence every training in the workload runs (the loop's
+iterations and the seed-only control): rows -> dataset on disk -> SFT as a Ray task (GPU
+when the cluster has one) -> publish in a model registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+
+from evolution.config import LearnConfig, SoarConfig
+from evolution.hindsight import build_rows
+from evolution.records import Candidate
+from store import Store
+from store.models import ModelVersion
+from training.checkpoints import publish
+from training.corpora import load_corpus
+from training.sft import SFTJobConfig, train_sft_remote
+from verifiers.arc.grids import ArcTask
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Trained:
+    version: ModelVersion
+    rows: int
+    dataset_s: float
+    train_s: float
+
+
+def seed_corpus_kwargs(cfg: SoarConfig, task_ids: list[str]) -> dict[str, Any]:
+    """model.seed's corpus arguments; the DSL corpus never sees the demo or held-out tasks' inputs."""
+    kwargs = dict(cfg.model.seed.corpus_kwargs)
+    if cfg.model.seed.corpus.startswith("evolution.seed_corpus:"):
+        kwargs.setdefault("exclude_tasks", sorted(task_ids))
+    return kwargs
+
+
+def seed_rows(cfg: SoarConfig, n: int, seed: int, task_ids: list[str]) -> list[dict[str, str]]:
+    """`n` fresh rows of model.seed's corpus, drawn with `seed` (not the seed model's own 0)."""
+    s = cfg.model.seed
+    rows = load_corpus(s.corpus, n, s.seed + seed, seed_corpus_kwargs(cfg, task_ids))
+    return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
+
+
+def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], iteration: int
+                   ) -> tuple[list[dict[str, str]], dict[str, int]]:
+    """Relabeled programs and refinement pairs from the archive, as prompt/completion rows."""
+    archive = store.archive(cfg.experiment)
+    cands = {tid: [Candidate.from_record(r) for r in archive.get_task(tid)] for tid in tasks}
+    rows, counts = build_rows(tasks, cands, cfg.learn.hindsight, iteration, style=cfg.search.prompt_style,
+                              max_prompt_chars=cfg.search.max_prompt_chars)
+    return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows], counts
+
+
+async def train_and_publish(learn: LearnConfig, store: Store, *, registry: str, rows: list[dict[str, str]],
+                            start: ModelVersion, storage: Path, name: str, steps: int, seed: int,
+                            note: str, parent: str | None, metrics: dict[str, Any]) -> Trained:
+    """rows -> `storage/data/<name>` -> SFT from `start` for `steps` -> `storage/checkpoints/<name>`
+    -> published in `registry` with `note` (how a restarted job finds it again)."""
+    started = time.time()
+    data_dir = storage / "data" / name
+    Dataset.from_list(rows).save_to_disk(str(data_dir))
+    dataset_s = round(time.time() - started, 2)
+    sft = SFTJobConfig(
+        model_path=start.checkpoint, output_dir=str((storage / "checkpoints" / name).resolve()), max_steps=steps,
+        learning_rate=learn.learning_rate, per_device_train_batch_size=learn.batch_size,
+        max_length=learn.max_length, lora=learn.lora, disable_tqdm=True, quiet=True, seed=seed,
+    )
+    log.info("%s: SFT from %s, %d steps on %d rows", note, start.version, steps, len(rows))
+    started = time.time()
+    result = await train_sft_remote(sft, str(data_dir.resolve()), learn.num_cpus)
+    train_s = round(time.time() - started, 2)
+    version = publish(store, registry, result.checkpoint, parent=parent,
+                      metrics=result.metrics | {"rows": len(rows), "dataset": str(data_dir)} | metrics, note=note)
+    return Trained(version, len(rows), dataset_s, train_s)
+
+
+def find_published(store: Store, registry: str, note: str) -> ModelVersion | None:
+    """A version a run published before a restart (so its training is not done twice)."""
+    return next((m for m in store.models(registry).list() if m.note == note), None)

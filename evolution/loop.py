@@ -1,0 +1,232 @@
+"""The SOAR loop: search -> hindsight data -> train -> publish -> reload -> measure, per iteration.
+
+    base = base_model(cfg, store, task_ids)
+    loop = SoarLoop(cfg, store=store, tasks=tasks, heldout=heldout, base=base, sampler=pool,
+                    verifier=verify, run_dir=run_dir)
+    summary = await loop.fit()
+
+A plain class with one method per step (as OpenRLHF's trainer holds its loop in `fit`): the
+job file only wires Ray pools into it, and a test can hand it an in-process engine. The
+sampler is anything with SamplerPool's `submit`, `stats`, `load_checkpoint` and `version`.
+Every step records what it did in the store, so a killed job started again skips it: the
+search draws only what its budget still misses, a published iteration is reused, and so are
+finished measurements and controls. Outputs are rewritten after every search.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from evolution import metrics
+from evolution.config import SoarConfig, TaskSetConfig
+from evolution.controls import (
+    SEED_ONLY_NOTE,
+    extra_steps,
+    measure_sampler,
+    random_prior_control,
+    seed_only_model,
+)
+from evolution.driver import SoarSearch, TaskOutcome, Verifier
+from evolution.learn import (
+    find_published,
+    hindsight_rows,
+    seed_corpus_kwargs,
+    seed_rows,
+    train_and_publish,
+)
+from evolution.report import write_outputs
+from evolution.tasks import load_split, select
+from store import Store
+from store.models import ModelVersion
+from training.checkpoints import publish
+from training.seed import build_seed_model
+from verifiers.arc.examples import SOLUTIONS
+from verifiers.arc.grids import ArcTask
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SearchResult:
+    entry: dict[str, Any]  # the iteration's summary.json entry
+    rows: list[dict[str, Any]]  # per-task metrics.jsonl rows
+    outcomes: dict[str, TaskOutcome]
+
+
+def load_tasks(ts: TaskSetConfig) -> tuple[dict[str, ArcTask], dict[str, ArcTask]]:
+    """(search tasks, held-out tasks) by id."""
+    split = load_split(ts.split)
+    tasks = select(split, ids=ts.ids or None, max_grid=ts.max_grid, limit=ts.limit)
+    if not tasks:
+        raise ValueError(f"tasks: no task in {ts.split!r} matches ids/max_grid/limit")
+    overlap = sorted(set(ts.heldout_ids) & set(tasks))
+    if overlap:
+        raise ValueError(f"tasks.heldout_ids {overlap} are also search tasks: held-out tasks must never be trained on")
+    heldout = select(split, ids=ts.heldout_ids) if ts.heldout_ids else {}
+    return tasks, heldout
+
+
+def base_model(cfg: SoarConfig, store: Store, task_ids: list[str]) -> ModelVersion:
+    """The experiment's first version: on a fresh experiment, the configured checkpoint or the
+    seed model (built, or reused from the cache), published as v0."""
+    registry = store.models(cfg.experiment)
+    if registry.current() is None:
+        if cfg.model.checkpoint:
+            publish(store, cfg.experiment, cfg.model.checkpoint, parent=None, metrics={}, note="base")
+        else:
+            seed_cfg = replace(cfg.model.seed, corpus_kwargs=seed_corpus_kwargs(cfg, task_ids))
+            log.info("building (or reusing) the %s seed model", seed_cfg.preset)
+            seed = build_seed_model(seed_cfg)
+            log.info("seed model %s: %s", "reused" if seed.cached else "built", seed.path)
+            publish(store, cfg.experiment, seed.path, parent=None, metrics=seed.info["train"], note="seed")
+    return registry.list()[0]  # iteration 0 always searches with the base
+
+
+class SoarLoop:
+    def __init__(self, cfg: SoarConfig, *, store: Store, tasks: dict[str, ArcTask], heldout: dict[str, ArcTask],
+                 base: ModelVersion, sampler: Any, verifier: Verifier, run_dir: Path):
+        self.cfg, self.store, self.tasks, self.heldout, self.base = cfg, store, tasks, heldout, base
+        self.sampler, self.verifier, self.run_dir = sampler, verifier, run_dir
+        self.storage = Path(cfg.storage_path) if cfg.storage_path else run_dir
+        self.results: list[SearchResult] = []
+        self.baselines: dict[str, Any] = {}
+
+    async def fit(self) -> dict[str, Any]:
+        """Every iteration, then the controls; returns summary.json's content."""
+        version = self.base
+        for it in range(self.cfg.iterations):
+            timing: dict[str, float] = {}
+            learned: dict[str, Any] = {}
+            if it > 0:
+                version, learned = await self.learn(it, version)
+                timing |= {k: learned.pop(k) for k in ("dataset_s", "train_s") if k in learned}
+                if self.sampler.version != version.version:
+                    timing["switch_s"] = await self.reload(version)
+            result = await self.search(version, it)
+            timing["search_s"] = result.entry["wall_s"]
+            if it > 0:
+                result.entry["hindsight"] = learned
+            if self.cfg.controls.measure_models:
+                started = time.time()
+                result.entry["search_hit_rate"] = result.entry["hit_rate"]  # this search's; hit_rate: over seeds
+                result.entry |= await self.measure(version, result.outcomes)
+                timing["measure_s"] = round(time.time() - started, 2)
+            result.entry["timing"] = timing
+            self.results.append(result)
+            self.report()  # after every search: a later crash loses nothing measured
+        await self.controls()
+        return self.report()
+
+    async def search(self, version: ModelVersion, iteration: int) -> SearchResult:
+        """One search over all tasks with `version`, archived under the experiment."""
+        cfg = self.cfg
+        budget = len(self.tasks) * (cfg.search.samples_per_task + cfg.search.refinements_per_task)
+        bar = tqdm(total=budget, desc=f"iteration {iteration} programs", unit="prog", dynamic_ncols=True)
+        search = SoarSearch(cfg.search, sampler=self.sampler.submit, verifier=self.verifier,
+                            archive=self.store.archive(cfg.experiment), model_version=version.version,
+                            iteration=iteration, filters=cfg.filters, vote_cfg=cfg.vote, examples=self.examples(),
+                            on_progress=lambda task_id, n: bar.update(n))
+        busy_before = sum(s.busy_s for s in await self.sampler.stats())
+        started = time.time()
+        outcomes = await search.run(self.tasks)
+        wall = time.time() - started
+        busy = sum(s.busy_s for s in await self.sampler.stats()) - busy_before
+        bar.close()
+        rows = [metrics.task_row(self.tasks[t], outcomes[t], cfg.filters, cfg.vote) | {"iteration": iteration}
+                for t in self.tasks]
+        tried = cfg.search.samples_per_task + cfg.search.refinements_per_task
+        budgets = [b for b in cfg.curve_budgets if b <= tried] or [1]
+        entry = {
+            "iteration": iteration,
+            "model_version": version.version,
+            "tasks": len(self.tasks),
+            "solved": sum(r["solved"] or 0.0 for r in rows),
+            "oracle": sum(r["oracle"] or 0.0 for r in rows),
+            "programs": sum(r["programs"] for r in rows),
+            "executions": sum(r["executions"] for r in rows),
+            "cache_hits": sum(r["cache_hits"] for r in rows),
+            "hit_rate": metrics.hit_rate(outcomes),
+            "sampler_busy_frac": busy / (wall * cfg.sampler.num_actors) if wall > 0 else 0.0,
+            "wall_s": round(wall, 2),
+            "curve": metrics.curve(self.tasks, outcomes, budgets, cfg.filters, cfg.vote),
+        }
+        return SearchResult(entry, rows, outcomes)
+
+    def examples(self) -> dict[str, tuple[ArcTask, str]]:
+        """Solved examples from other tasks for numpy-style one-shot prompts."""
+        if not (self.cfg.search.one_shot and self.cfg.search.prompt_style == "numpy"):
+            return {}
+        arc1 = load_split("arc1-train")
+        return {tid: (arc1[tid], code) for tid, code in SOLUTIONS.items() if tid in arc1 and tid not in self.tasks}
+
+    async def learn(self, iteration: int, current: ModelVersion) -> tuple[ModelVersion, dict[str, Any]]:
+        """Hindsight data from the archive (+ seed replay) -> SFT -> version "iteration N"."""
+        cfg, note = self.cfg, f"iteration {iteration}"
+        done = find_published(self.store, cfg.experiment, note)
+        if done is not None:
+            log.info("%s: reusing %s (trained before a restart)", note, done.version)
+            return done, {}
+        started = time.time()
+        rows, counts = hindsight_rows(cfg, self.store, self.tasks, iteration - 1)
+        if not rows:
+            log.warning("%s: no hindsight data (no program ran cleanly); keeping %s", note, current.version)
+            return current, counts | {"rows": 0}
+        hindsight = len(rows)
+        if cfg.learn.seed_rows:
+            rows += seed_rows(cfg, cfg.learn.seed_rows, 1 + iteration, sorted({*self.tasks, *self.heldout}))
+            counts = counts | {"seed_rows": cfg.learn.seed_rows}
+        prep_s = time.time() - started
+        start = self.base if cfg.learn.from_base else current
+        trained = await train_and_publish(cfg.learn, self.store, registry=cfg.experiment, rows=rows, start=start,
+                                          storage=self.storage, name=f"it{iteration}", steps=cfg.learn.max_steps,
+                                          seed=iteration - 1, note=note, parent=current.version,
+                                          metrics=counts | {"rows": hindsight})
+        self.store.events(cfg.experiment).emit("published", version=trained.version.version, iteration=iteration)
+        return trained.version, counts | {"rows": hindsight, "dataset_s": round(prep_s + trained.dataset_s, 2),
+                                          "train_s": trained.train_s}
+
+    async def reload(self, version: ModelVersion) -> float:
+        """Every sampler actor switches to `version`'s checkpoint; returns the seconds it took."""
+        started = time.time()
+        await self.sampler.load_checkpoint(version.checkpoint, version.version)
+        return round(time.time() - started, 2)
+
+    async def measure(self, version: ModelVersion, outcomes: dict[str, TaskOutcome]) -> dict[str, Any]:
+        """`version` on every sampling seed, demo and held-out tasks; the iteration's own search
+        counts as the demo run of its seed."""
+        log.info("measuring %s on seeds %s, demo and held-out tasks", version.version, self.cfg.controls.seeds)
+        return await measure_sampler(self.cfg, self.store, self.tasks, self.heldout, self.sampler.submit,
+                                     self.verifier, namespace=f"{self.cfg.experiment}.eval.{version.version}",
+                                     model_version=version.version, label=f"model {version.version}",
+                                     reuse={self.cfg.search.seed: outcomes})
+
+    async def controls(self) -> None:
+        """The random-program prior and the seed-only control, as configured."""
+        c = self.cfg.controls
+        if c.random_prior:
+            log.info("control: the random-program prior")
+            self.baselines["random_prior"] = await random_prior_control(self.cfg, self.store, self.tasks,
+                                                                        self.heldout, self.verifier)
+            self.report()
+        if c.seed_only and self.cfg.iterations < 2:
+            log.info("controls.seed_only skipped: with one iteration there is no extra training to match")
+        elif c.seed_only:
+            model = await seed_only_model(self.cfg, self.store, self.base, self.storage,
+                                          sorted({*self.tasks, *self.heldout}))
+            name = f"seed-only-{model.version}"
+            await self.sampler.load_checkpoint(model.checkpoint, name)
+            measured = await measure_sampler(self.cfg, self.store, self.tasks, self.heldout, self.sampler.submit,
+                                             self.verifier, namespace=f"{self.cfg.experiment}.seed-only",
+                                             model_version=name, label=SEED_ONLY_NOTE)
+            self.baselines["seed_only_control"] = measured | {"steps": extra_steps(self.cfg),
+                                                              "checkpoint": model.checkpoint}
+            self.report()
+
+    def report(self) -> dict[str, Any]:
+        return write_outputs(self.cfg, self.run_dir, self.tasks, self.results, self.baselines)
