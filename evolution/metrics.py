@@ -8,6 +8,7 @@ from typing import Any
 from evolution.driver import TaskOutcome
 from evolution.filters import FilterConfig, keep_for_voting
 from evolution.records import Candidate
+from evolution import voting
 from evolution.voting import VoteConfig, oracle, score_task, vote
 from verifiers.arc.grids import ArcTask
 
@@ -36,17 +37,19 @@ def task_row(task: ArcTask, out: TaskOutcome, filters: FilterConfig, vote_cfg: V
 
 def curve(tasks: dict[str, ArcTask], outcomes: dict[str, TaskOutcome], budgets: Sequence[int],
           filters: FilterConfig, vote_cfg: VoteConfig) -> list[dict[str, float]]:
-    """Tasks solved (pass@2, oracle) if each task had stopped after n programs tried."""
-    points = []
-    for n in sorted(set(budgets)):
-        solved = orc = 0.0
-        for tid, task in tasks.items():
-            seen = [c for c in outcomes[tid].candidates if _seq(c) < n]
-            voters = [c for c in seen if keep_for_voting(c, task, filters)]
-            solved += score_task(vote(voters, task, vote_cfg), task) or 0.0
-            orc += oracle(seen, task) or 0.0
-        points.append({"n": n, "solved": solved, "oracle": orc})
-    return points
+    """Tasks solved (pass@2, oracle) if each task had stopped after n programs tried: the sum
+    of `voting.curve` over the tasks whose test outputs are known."""
+    solved = dict.fromkeys(budgets, 0.0)
+    orc = dict.fromkeys(budgets, 0.0)
+    for tid, task in tasks.items():
+        if any(ex.output is None for ex in task.test):
+            continue  # unknown answers score nothing
+        points = voting.curve(outcomes[tid].candidates, task, budgets, cfg=vote_cfg, tried_at=_seq,
+                              keep=lambda c, task=task: keep_for_voting(c, task, filters))
+        for p in points:
+            solved[p.n] += p.pass_at_2
+            orc[p.n] += p.oracle
+    return [{"n": n, "solved": solved[n], "oracle": orc[n]} for n in sorted(set(budgets))]
 
 
 def hit_rate(outcomes: dict[str, TaskOutcome]) -> float:

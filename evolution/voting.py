@@ -130,11 +130,13 @@ class CurvePoint:
 
 def curve(candidates_in_sample_order: Sequence[Candidate], task: ArcTask,
           budgets: Iterable[int], *, keep: Callable[[Candidate], bool] | None = None,
-          cfg: VoteConfig | None = None) -> list[CurvePoint]:
+          cfg: VoteConfig | None = None, tried_at: Callable[[Candidate], int] | None = None) -> list[CurvePoint]:
     """pass@2 and oracle after the first n programs tried, for each n in ``budgets``.
 
     ``keep`` (e.g. ``lambda c: keep_for_voting(c, task)``) filters the voters only: a
     dropped program still counts as tried, and the oracle sees every program.
+    ``tried_at(c)`` is the number of programs tried before ``c`` (duplicates and programs
+    with no code included, as the search counts them); by default a candidate's index.
     """
     if any(e.output is None for e in task.test):
         raise ValueError(f"task {task.id!r}: test outputs are needed for a curve")
@@ -142,9 +144,8 @@ def curve(candidates_in_sample_order: Sequence[Candidate], task: ArcTask,
     for n in sorted(set(budgets)):
         if n < 1:
             raise ValueError(f"budgets: {n} must be >= 1 (number of programs tried)")
-        seen = candidates_in_sample_order[:n]
+        seen = [c for i, c in enumerate(candidates_in_sample_order) if (i if tried_at is None else tried_at(c)) < n]
         voters = [c for c in seen if keep is None or keep(c)]
-        points.append(CurvePoint(min(n, len(candidates_in_sample_order)),
-                                 score_task(vote(voters, task, cfg), task) or 0.0,
-                                 oracle(seen, task) or 0.0))
+        tried = n if tried_at is not None else min(n, len(candidates_in_sample_order))
+        points.append(CurvePoint(tried, score_task(vote(voters, task, cfg), task) or 0.0, oracle(seen, task) or 0.0))
     return points

