@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+import regex
+
 # A prompt is plain text, or chat messages ([{"role": ..., "content": ...}, ...]).
 Messages = list[dict[str, str]]
 Prompt = str | Messages
@@ -25,7 +27,6 @@ class ContextLengthError(ValueError):
 
 
 def _compiles(pattern: str) -> bool:
-    import regex
 
     try:
         regex.compile(pattern)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from common.sampling import SamplingParams
 from evolution.driver import Sampler, Verifier
 from verifiers.arc.grids import ArcTask
+from verifiers.arc.pool import result_from_dict
 
 
 def pool_sampler(pool) -> Sampler:
@@ -21,7 +22,6 @@ def pool_sampler(pool) -> Sampler:
 
 def pool_verifier(vpool) -> Verifier:
     """An ArcVerifierPool: chunks spread over the actors, awaited without blocking the loop."""
-    from verifiers.arc.pool import result_from_dict
 
     async def verify(task: ArcTask, codes: Sequence[str]):
         chunks = await asyncio.gather(*vpool.submit(task, list(codes)))

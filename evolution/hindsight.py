@@ -30,6 +30,7 @@ from evolution.prompts import (
 )
 from evolution.records import Candidate
 from evolution.rex import accuracy_bin
+from evolution.voting import vote
 from verifiers.arc.grids import ArcTask, Example
 
 Selection = Literal["greedy-diverse", "greedy", "correct-only", "uniform"]
@@ -76,7 +77,6 @@ def _distinct_outputs(cands: Iterable[Candidate]) -> list[Candidate]:
 
 def vote_weights(task: ArcTask, cands: Sequence[Candidate]) -> dict[str, float]:
     """code_hash -> the vote weight of the group its test outputs belong to."""
-    from evolution.voting import vote
 
     result = vote([c for c in cands if c.all_ok], task)
     return {h: g.weight for g in result.groups for h in g.code_hashes}

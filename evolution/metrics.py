@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from evolution import voting
 from evolution.driver import TaskOutcome
 from evolution.filters import FilterConfig, keep_for_voting
 from evolution.records import Candidate
-from evolution import voting
 from evolution.voting import VoteConfig, oracle, score_task, vote
 from verifiers.arc.grids import ArcTask
 

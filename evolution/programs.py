@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -45,7 +46,6 @@ def body_regex(max_steps: int = 4, colours: Sequence[int] = range(10)) -> str:
     are): 1..max_steps primitive lines, each with its arity of colour arguments, then the return.
     Sampling under it (SamplingParams.regex) makes every program parse with the right arity;
     `colours` (a task's colours, as the random prior draws them) limits the arguments."""
-    import re
 
     if not colours or any(not 0 <= c <= 9 for c in colours):
         raise ValueError(f"colours {list(colours)} must be a non-empty set of ARC colours 0..9")

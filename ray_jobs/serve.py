@@ -16,6 +16,9 @@ import argparse
 import json
 import os
 
+import ray
+from ray import serve
+
 from search.engines import ENGINES
 from search.pool import PoolConfig
 from search.serve import ServeSettings, build_serve_app
@@ -25,8 +28,6 @@ APP_NAME = "ratchet"
 
 def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, blocking: bool = True) -> str:
     """Start Serve on the current Ray cluster (ray.init if needed); returns the base URL."""
-    import ray
-    from ray import serve
 
     if not ray.is_initialized():
         ray.init(address=os.environ.get("RAY_ADDRESS"))

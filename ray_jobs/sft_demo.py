@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import ray
+
 from common.config import dump_yaml, load_config, to_dict
 from store import Store
 from training.checkpoints import publish
@@ -43,7 +45,6 @@ class SftDemoConfig:
 
 
 def run(cfg: SftDemoConfig) -> dict:
-    import ray
 
     started = time.time()
     run_dir = Path(cfg.runs_dir) / cfg.experiment

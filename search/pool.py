@@ -27,6 +27,7 @@ from ray.exceptions import RayActorError, RayTaskError
 
 from common.sampling import Completion, Prompt, SamplingParams, check_counts
 from search.engines import engine_class, make_engine
+from store import Store
 
 # Threads an actor keeps beyond its generate slots, so stats() and load() answer while it works.
 CONTROL_THREADS = 2
@@ -295,7 +296,6 @@ class SamplerPool:
         if not self.config.experiment:
             raise ValueError("PoolConfig.experiment is not set: set it to load registry versions, "
                              "or call load_checkpoint(path)")
-        from store import Store
 
         registry = Store.connect().models(self.config.experiment)
         mv = registry.get(version) if version else registry.current()

@@ -9,6 +9,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from safetensors import safe_open
+
 from store import ModelVersion, Store
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
@@ -46,7 +48,6 @@ def validate_checkpoint(path: str | os.PathLike[str], need_tokenizer: bool = Tru
 
 def _check_safetensors(path: Path) -> None:
     """Header and sizes agree with the file (catches truncated or overwritten weights)."""
-    from safetensors import safe_open
 
     try:
         with safe_open(str(path), framework="pt") as f:

@@ -14,8 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import ray
 import torch
 from datasets import Dataset, load_from_disk
+from peft import LoraConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.trainer_callback import PrinterCallback
 
 from training.checkpoints import finalize_checkpoint, validate_checkpoint
 
@@ -67,7 +71,6 @@ def set_threads(cfg: RatchetTrainFields) -> None:
 
 def load_model(path: str):
     """Load a causal LM for training: bf16 on GPU, fp32 on CPU; SDPA attention (3x eager on CPU)."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="sdpa")
@@ -80,7 +83,6 @@ def load_model(path: str):
 def lora_config(cfg: RatchetTrainFields):
     if not cfg.lora:
         return None
-    from peft import LoraConfig
 
     return LoraConfig(
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
@@ -124,8 +126,6 @@ def scratch_run(cfg):
 
 def quiet_down(trainer, cfg: RatchetTrainFields) -> None:
     if cfg.quiet:
-        from transformers.trainer_callback import PrinterCallback
-
         trainer.remove_callback(PrinterCallback)
 
 
@@ -177,6 +177,5 @@ def run_trainer(trainer_cls, cfg, data, columns: tuple[str, ...], callbacks: lis
 
 def gpu_options() -> dict[str, Any]:
     """Ray task options: one GPU when the cluster has one, else CPU only."""
-    import ray
 
     return {"num_gpus": 1} if ray.cluster_resources().get("GPU", 0) >= 1 else {"num_gpus": 0}

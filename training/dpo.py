@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import ray
 from datasets import Dataset
 from trl import DPOConfig, DPOTrainer
 
@@ -34,6 +35,5 @@ def train_dpo(
 
 def train_dpo_remote(cfg: DPOJobConfig, data: Dataset | list[dict[str, Any]] | str):
     """Submit train_dpo as a Ray task (GPU when the cluster has one); returns an ObjectRef."""
-    import ray
 
     return ray.remote(train_dpo).options(**gpu_options()).remote(cfg, data)

@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 
 def _load(path: str):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval()
     tokenizer = AutoTokenizer.from_pretrained(path)

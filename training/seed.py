@@ -22,9 +22,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
 from store.codehash import content_hash
 from store.server import ratchet_home
 from training.corpora import load_corpus, named_function
+from training.sft import SFTJobConfig, train_sft
+from training.tokenizer import train_tokenizer
 
 # Wide and shallow: on CPU about 3x faster to train than deep-narrow at the same size.
 PRESETS: dict[str, dict[str, int]] = {
@@ -88,8 +93,6 @@ def cache_key(cfg: SeedConfig, rows: list[dict[str, str]]) -> str:
 
 def init_model(cfg: SeedConfig, tokenizer, out_dir: Path) -> int:
     """Save a randomly initialised Llama with the tokenizer; returns the parameter count."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(cfg.seed)
     config = LlamaConfig(
@@ -110,8 +113,6 @@ def init_model(cfg: SeedConfig, tokenizer, out_dir: Path) -> int:
 
 def build_seed_model(cfg: SeedConfig, progress: bool = True) -> SeedResult:
     """Return the cached seed model for cfg, building it first when it is not cached."""
-    from training.sft import SFTJobConfig, train_sft
-    from training.tokenizer import train_tokenizer
 
     rows = load_corpus(cfg.corpus, cfg.n, cfg.seed, cfg.corpus_kwargs)
     key = cache_key(cfg, rows)

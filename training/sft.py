@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import ray
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
@@ -39,6 +40,5 @@ def train_sft(
 def train_sft_remote(cfg: SFTJobConfig, data: Dataset | list[dict[str, Any]] | str, num_cpus: float = 1.0):
     """Submit train_sft as a Ray task (GPU when the cluster has one); returns an ObjectRef.
     `num_cpus` is what Ray reserves; on CPU the trainer still uses `cfg.cpu_threads` threads."""
-    import ray
 
     return ray.remote(train_sft).options(num_cpus=num_cpus, **gpu_options()).remote(cfg, data)
