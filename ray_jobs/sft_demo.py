@@ -12,16 +12,12 @@ job replaces this as `make demo` once it exists.
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import ray
-
-from common.config import dump_yaml, load_config, to_dict
-from store import Store
+from ray_jobs import runner
 from training.checkpoints import publish
 from training.corpora import digit_map
 from training.evaluate import greedy_accuracy
@@ -44,16 +40,9 @@ class SftDemoConfig:
     heldout_rows: int = 200  # evaluation rows never trained on
 
 
-def run(cfg: SftDemoConfig) -> dict:
-
+async def run(cfg: SftDemoConfig, ctx: runner.JobContext) -> dict:
     started = time.time()
-    run_dir = Path(cfg.runs_dir) / cfg.experiment
-    run_dir.mkdir(parents=True, exist_ok=True)
-    dump_yaml(cfg, run_dir / "config.yaml")
-
-    store = Store.connect()
-    store.experiments.create(cfg.experiment, "sft-demo", to_dict(cfg), exist_ok=True)
-    store.experiments.set_status(cfg.experiment, "running")
+    store, run_dir = ctx.store, ctx.run_dir
     events = store.events(cfg.experiment)
 
     seed = build_seed_model(SeedConfig(preset=cfg.seed_preset, max_steps=cfg.seed_steps,
@@ -66,13 +55,12 @@ def run(cfg: SftDemoConfig) -> dict:
         base = publish(store, cfg.experiment, seed_path, parent=None, metrics=seed.info["train"], note="seed")
     print(f"[2/4] registry: {cfg.experiment} starts from {base.version} -> {base.checkpoint}")
 
-    ray.init(ignore_reinit_error=True, include_dashboard=False, log_to_driver=False)
     rows = digit_map(n=cfg.sft_rows, seed=1, permutation=cfg.target_mapping)
     out_dir = run_dir / "checkpoints" / f"sft-{time.strftime('%Y%m%d-%H%M%S')}"  # never reuse a published dir
     sft = SFTJobConfig(model_path=base.checkpoint, output_dir=str(out_dir.resolve()), max_steps=cfg.sft_steps,
                        learning_rate=cfg.learning_rate, per_device_train_batch_size=32, disable_tqdm=True, quiet=True)
     print(f"[3/4] TRL SFT as a Ray task: {cfg.sft_steps} steps on {len(rows)} rows ...", flush=True)
-    result = ray.get(train_sft_remote(sft, rows))
+    result = await train_sft_remote(sft, rows)
     new = publish(store, cfg.experiment, result.checkpoint, parent=base.version, metrics=result.metrics, note="sft-demo")
     events.emit("published", version=new.version, parent=base.version)
     print(f"      loss {result.metrics['first_loss']:.3f} -> {result.metrics['last_loss']:.3f} "
@@ -93,17 +81,16 @@ def run(cfg: SftDemoConfig) -> dict:
         f"| {base.version} | {before:.2f} |\n| {new.version} | {after:.2f} |\n\n"
         "Resolved config: [config.yaml](config.yaml); numbers: [summary.json](summary.json).\n"
     )
-    store.experiments.set_status(cfg.experiment, "done")
-    print(f"wrote {run_dir}/summary.json and report.md in {summary['wall_s']}s")
     return summary
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ray_jobs.sft_demo", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default=None, help="YAML of overrides (see configs/sft-demo.yaml)")
-    parser.add_argument("overrides", nargs="*", help="field=value overrides, e.g. sft_steps=200")
-    args = parser.parse_args(argv)
-    run(load_config(args.config, SftDemoConfig, args.overrides))
+JOB = runner.JobSpec(workload="sft-demo", config_cls=SftDemoConfig, run=run, doc=__doc__,
+                     headline=lambda s: f"{s['base_version']} -> {s['new_version']}: held-out accuracy "
+                                        f"{s['heldout_accuracy_before']:.2f} -> {s['heldout_accuracy_after']:.2f}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return runner.main(JOB, argv)
 
 
 if __name__ == "__main__":
