@@ -73,6 +73,7 @@ async def seed_only_model(cfg: SoarConfig, store: Store, base: ModelVersion, sto
     steps = extra_steps(cfg)
     rows = seed_rows(cfg, steps * cfg.learn.batch_size, 1, task_ids)  # as many rows as the steps consume
     trained = await train_and_publish(cfg.learn, store, registry=registry, rows=rows, start=base, storage=storage,
-                                      name="seed-only", steps=steps, seed=0, note=SEED_ONLY_NOTE, parent=None,
+                                      data_name="seed-only", name="seed-only", steps=steps, seed=0,
+                                      note=SEED_ONLY_NOTE, parent=None,
                                       metrics={"from": f"{cfg.experiment}/{base.version}"})
     return trained.version

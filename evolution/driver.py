@@ -84,8 +84,8 @@ class TaskOutcome:
     refined: int  # completions drawn (refinement phase)
     no_code: int  # completions with no extractable program
     correct_samples: int  # completions whose program is fully correct (duplicates count)
-    executions: int  # programs run in a sandbox by this process
-    cache_hits: int  # programs answered by the execution cache
+    executions: int  # programs run in a sandbox in this iteration (kept in the store: restarts included)
+    cache_hits: int  # programs answered by the execution cache (likewise)
     attempts: list[list]  # per test input: up to 2 grids (the vote)
     vote_groups: int
 
@@ -132,7 +132,9 @@ class SoarSearch:
         if not self.cfg.one_shot or self.cfg.prompt_style != "numpy":
             return None
         others = sorted(k for k in self.examples if k != task.id)
-        return self.examples[others[hash(task.id) % len(others)]] if others else None
+        # a stable hash, not Python's salted hash(): the same example after a restart
+        pick = int.from_bytes(hashlib.sha256(task.id.encode()).digest()[:8], "little")
+        return self.examples[others[pick % len(others)]] if others else None
 
     async def _evaluate(self, task: ArcTask, completions: Sequence[Completion], kind: str,
                         parents: Sequence[Candidate | None], counters: dict[str, int], outcome: TaskOutcome) -> None:
@@ -144,26 +146,31 @@ class SoarSearch:
         outcome.no_code += missing
         if missing:
             counters = counters | {self._key(task.id, "no_code"): missing}
-        runnable = [(code, c, p) for code, c, p in zip(codes, completions, parents, strict=True) if code is not None]
-        results = await self.verifier(task, [code for code, _, _ in runnable]) if runnable else []
+        start = outcome.sampled + outcome.refined  # programs tried before this batch
+        # (position tried, code, completion, parent): the position is the curves' x-axis
+        runnable = [(start + i, code, c, p) for i, (code, c, p) in enumerate(zip(codes, completions, parents, strict=True))
+                    if code is not None]
+        results = await self.verifier(task, [code for _, code, _, _ in runnable]) if runnable else []
         records, cands, seen = [], [], {}
-        seq = outcome.sampled + outcome.refined  # order tried: the curves' x-axis
-        correct = 0
-        for (code, comp, parent), result in zip(runnable, results, strict=True):
+        correct = executed = cached = 0
+        for (seq, code, comp, parent), result in zip(runnable, results, strict=True):
             cand = Candidate.from_result(
                 result, code, kind=kind, parent=parent.code_hash if parent else None,
                 model_version=comp.model_version or self.model_version, iteration=self.iteration,
                 extra={"seq": seq},
             )
             correct += cand.fully_correct
-            outcome.executions += not result.cached
-            outcome.cache_hits += result.cached
+            executed += not result.cached
+            cached += result.cached
             records.append(cand.to_record())
             cands.append(cand)
             seen.setdefault(cand.code_hash, seq)
-        if correct:
-            counters = counters | {self._key(task.id, "correct"): correct}
+        # kept in the store with the batch, so a resumed search reports the whole iteration
+        counters = counters | {self._key(task.id, k): v for k, v in
+                               (("correct", correct), ("executions", executed), ("cache_hits", cached)) if v}
         outcome.correct_samples += correct
+        outcome.executions += executed
+        outcome.cache_hits += cached
         # records, budget counters and this iteration's marks, in one transaction
         self.archive.add_many(records, counters, {self._key(task.id, "seen"): seen})
         known = {c.code_hash for c in outcome.candidates}
@@ -171,6 +178,11 @@ class SoarSearch:
             if cand.code_hash not in known:
                 known.add(cand.code_hash)
                 outcome.candidates.append(cand)
+
+    def refine_counts(self, task_id: str, cands: Sequence[Candidate]) -> dict[str, int]:
+        """REX's N per parent: times this iteration's search refined it so far (from the store)."""
+        counts = self.archive.counters([keys.refine_count(self.iteration, task_id, c.code_hash) for c in cands])
+        return dict(zip((c.code_hash for c in cands), counts, strict=True))
 
     def _solved_train(self, outcome: TaskOutcome) -> int:
         return sum(bool(c.train_correct) and all(c.train_correct) for c in outcome.candidates)
@@ -188,9 +200,9 @@ class SoarSearch:
         prior = [Candidate.from_record(r) for r in self.archive.get_task(task.id)]
         mine = sorted((replace(c, extra=c.extra | {"seq": seen[c.code_hash]}) for c in prior if c.code_hash in seen),
                       key=lambda c: c.extra["seq"])
-        sampled, refined, no_code, correct = self.archive.counters(
-            [self._key(task.id, k) for k in ("sampled", "refined", "no_code", "correct")])
-        outcome = TaskOutcome(task.id, mine, sampled, refined, no_code, correct, 0, 0, [], 0)
+        sampled, refined, no_code, correct, executions, cache_hits = self.archive.counters(
+            [self._key(task.id, k) for k in ("sampled", "refined", "no_code", "correct", "executions", "cache_hits")])
+        outcome = TaskOutcome(task.id, mine, sampled, refined, no_code, correct, executions, cache_hits, [], 0)
         self.on_progress(task.id, sampled + refined)
 
         prompt = sampling_prompt(visible, cfg.prompt_style, self._one_shot(task))
@@ -202,9 +214,7 @@ class SoarSearch:
             outcome.sampled += n
             self.on_progress(task.id, n)
 
-        n_refined = dict(zip(
-            (c.code_hash for c in outcome.candidates),
-            self.archive.counters([keys.refine_count(task.id, c.code_hash) for c in outcome.candidates]), strict=True))
+        n_refined = self.refine_counts(task.id, outcome.candidates)
         rng = _rng(cfg.seed, task.id, self.iteration, f"rex{outcome.refined}")
         while outcome.refined < cfg.refinements_per_task and self._solved_train(outcome) < cfg.stop_after_correct:
             pool = balanced_pool(outcome.candidates, cfg.pool_size, rng,
@@ -220,7 +230,7 @@ class SoarSearch:
             counters = {self._key(task.id, "refined"): n}
             for p in parents:
                 n_refined[p.code_hash] = n_refined.get(p.code_hash, 0) + 1
-                nref = keys.refine_count(task.id, p.code_hash)
+                nref = keys.refine_count(self.iteration, task.id, p.code_hash)
                 counters[nref] = counters.get(nref, 0) + 1
             await self._evaluate(task, [r[0] for r in rows], "refine", parents, counters, outcome)
             outcome.refined += n

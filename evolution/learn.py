@@ -62,12 +62,13 @@ def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], ite
 
 
 async def train_and_publish(learn: LearnConfig, store: Store, *, registry: str, rows: list[dict[str, str]],
-                            start: ModelVersion, storage: Path, name: str, steps: int, seed: int,
-                            note: str, parent: str | None, metrics: dict[str, Any]) -> Trained:
-    """rows -> `storage/data/<name>` -> SFT from `start` for `steps` -> `storage/checkpoints/<name>`
-    -> published in `registry` with `note` (how a restarted job finds it again)."""
+                            start: ModelVersion, storage: Path, data_name: str, name: str, steps: int,
+                            seed: int, note: str, parent: str | None, metrics: dict[str, Any]) -> Trained:
+    """rows -> `storage/data/<data_name>` -> SFT from `start` for `steps` ->
+    `storage/checkpoints/<name>` -> published in `registry` with `note` (how a restarted job
+    finds it again)."""
     started = time.time()
-    data_dir = storage / "data" / name
+    data_dir = storage / "data" / data_name
     Dataset.from_list(rows).save_to_disk(str(data_dir))
     dataset_s = round(time.time() - started, 2)
     sft = SFTJobConfig(

@@ -184,7 +184,8 @@ class SoarLoop:
         prep_s = time.time() - started
         start = self.base if cfg.learn.from_base else current
         trained = await train_and_publish(cfg.learn, self.store, registry=cfg.experiment, rows=rows, start=start,
-                                          storage=self.storage, name=f"it{iteration}", steps=cfg.learn.max_steps,
+                                          storage=self.storage, data_name=f"it{iteration - 1}",
+                                          name=f"it{iteration}", steps=cfg.learn.max_steps,
                                           seed=iteration - 1, note=note, parent=current.version,
                                           metrics=counts | {"rows": hindsight})
         self.store.events(cfg.experiment).emit("published", version=trained.version.version, iteration=iteration)

@@ -37,6 +37,7 @@ def search_counter(iteration: int, what: str, task_id: str) -> str:
     return f"it{iteration}:{what}:{task_id}"
 
 
-def refine_count(task_id: str, code_hash: str) -> str:
-    """How often a parent program was refined (REX's N), across iterations."""
-    return f"nref:{task_id}:{code_hash}"
+def refine_count(iteration: int, task_id: str, code_hash: str) -> str:
+    """How often a parent program was refined (REX's N) in one iteration's search: a new
+    model's search starts every parent afresh."""
+    return f"it{iteration}:nref:{task_id}:{code_hash}"

@@ -77,10 +77,42 @@ def test_search_spends_the_budget_archives_and_votes(store, experiment_name, eng
         refined = [c for c in archived if c.kind == "refine"]
         assert all(c.parent is not None for c in refined)
         # REX's N is really counted: one increment per refinement asked for
-        nref = archive.counters([f"nref:{tid}:{c.code_hash}" for c in out.candidates])
-        assert sum(nref) == out.refined
+        assert sum(search.refine_counts(tid, out.candidates).values()) == out.refined
+        # each program is placed where it was tried, not at its batch's start (the curves' x-axis)
+        seqs = [c.extra["seq"] for c in out.candidates]
+        assert len(set(seqs)) == len(seqs) and all(0 <= q < out.sampled + out.refined for q in seqs)
+        assert out.executions + out.cache_hits == out.sampled + out.refined - out.no_code  # every program ran
     assert sampler.completions == sum(o.sampled + o.refined for o in outcomes.values())
     assert sum(len(o.candidates) for o in outcomes.values()) > 0, "the seed model wrote no program at all"
+
+
+def test_refine_counts_start_afresh_each_iteration(store, experiment_name, engine, executor, tasks):
+    """REX's N belongs to one iteration's search: a new model refines every parent afresh."""
+    filters = FilterConfig(refine_ignores=("error", "invalid_grid"))
+    first, _ = make_search(search_cfg(), store, experiment_name, engine, executor, filters=filters)
+    tid = TASK_IDS[0]
+    out = asyncio.run(first.run({tid: tasks[tid]}))[tid]
+    assert sum(first.refine_counts(tid, out.candidates).values()) == out.refined == 4
+    later, _ = make_search(search_cfg(), store, experiment_name, engine, executor, filters=filters, iteration=1)
+    assert set(later.refine_counts(tid, out.candidates).values()) == {0}
+
+
+def test_one_shot_example_is_the_same_after_a_restart():
+    """The one-shot example is chosen by a stable hash: Python's hash() of a str changes with
+    every process (PYTHONHASHSEED), so a restarted job would prompt differently."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from evolution.driver import SearchConfig, SoarSearch\n"
+            "examples = {f'ex{i}': (None, f'code{i}') for i in range(7)}\n"
+            "s = SoarSearch(SearchConfig(prompt_style='numpy'), sampler=None, verifier=None, archive=None,\n"
+            "               model_version='v0', examples=examples)\n"
+            "class T: id = '3c9b0459'\n"
+            "print(s._one_shot(T)[1])")
+    picks = {subprocess.run([sys.executable, "-c", code], env=os.environ | {"PYTHONHASHSEED": str(h)},
+                            capture_output=True, text=True, check=True).stdout.strip() for h in (1, 2, 3, 4)}
+    assert len(picks) == 1, picks
 
 
 def test_restart_resumes_without_exceeding_the_budget(store, experiment_name, engine, executor, tasks):
@@ -104,6 +136,9 @@ def test_restart_resumes_without_exceeding_the_budget(store, experiment_name, en
     second, sampler = make_search(cfg, store, experiment_name, engine, executor)
     outcome = asyncio.run(second.run({tid: tasks[tid]}))[tid]
     assert outcome.sampled == 8 and sampler.completions == 4  # only the missing half was drawn
+    # the resumed outcome reports the whole iteration, not just the resumed process's work
+    programs = outcome.sampled - outcome.no_code
+    assert outcome.executions + outcome.cache_hits == programs
     assert before <= {r["code_hash"] for r in archive.get_task(tid)}
 
     third, sampler = make_search(cfg, store, experiment_name, engine, executor)

@@ -13,6 +13,7 @@ import asyncio
 import random
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import openai
@@ -20,6 +21,33 @@ import openai
 from common.sampling import Completion, ContextLengthError, Prompt, SamplingParams, check_counts
 
 RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
+
+
+def request_groups(prompts: Sequence[Prompt], params: SamplingParams, size: int
+                   ) -> list[tuple[list[int], SamplingParams]]:
+    """Split one call into requests: up to `size` text prompts each, one chat each.
+
+    A server applies a request's seed to every prompt in it (vLLM does), so identical prompts
+    would get identical completions: a seeded call never puts a prompt twice in one request,
+    and each request gets its own seed (the call's seed + its first prompt's index).
+    """
+    groups: list[list[int]] = []
+    open_group: list[int] = []
+    for i, p in enumerate(prompts):
+        if not isinstance(p, str):
+            groups.append([i])
+            continue
+        repeats = params.seed is not None and any(prompts[j] == p for j in open_group)
+        if len(open_group) == size or repeats:
+            groups.append(open_group)
+            open_group = []
+        open_group.append(i)
+    if open_group:
+        groups.append(open_group)
+    groups.sort(key=lambda g: g[0])
+    if params.seed is None:
+        return [(g, params) for g in groups]
+    return [(g, replace(params, seed=params.seed + g[0])) for g in groups]
 
 
 class OpenAIEngine:
@@ -97,13 +125,11 @@ class OpenAIEngine:
             self.model = (await self._with_retries(client.models.list)).data[0].id
             self.version = self.version or self.model
         jobs: list[tuple[list[int], Any]] = []
-        texts = [i for i, p in enumerate(prompts) if isinstance(p, str)]
-        for s in range(0, len(texts), self.prompts_per_request):
-            idx = texts[s : s + self.prompts_per_request]
-            jobs.append((idx, self._completions(client, [prompts[i] for i in idx], params)))
-        for i, p in enumerate(prompts):
-            if not isinstance(p, str):
-                jobs.append(([i], self._chat(client, p, params)))
+        for idx, request_params in request_groups(prompts, params, self.prompts_per_request):
+            if isinstance(prompts[idx[0]], str):
+                jobs.append((idx, self._completions(client, [prompts[i] for i in idx], request_params)))
+            else:
+                jobs.append((idx, self._chat(client, prompts[idx[0]], request_params)))
         results: list[list[Completion]] = [[] for _ in prompts]
         for (idx, _), rows in zip(jobs, await asyncio.gather(*(job for _, job in jobs)), strict=True):
             for i, row in zip(idx, rows, strict=True):
