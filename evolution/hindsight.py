@@ -145,13 +145,14 @@ def refinement_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightCon
 def build_rows(tasks: dict[str, ArcTask], cands_by_task: dict[str, list[Candidate]], cfg: HindsightConfig,
                iteration: int, *, style: PromptStyle = "compact",
                max_prompt_chars: int | None = None) -> tuple[list[dict], dict[str, int]]:
-    """All hindsight rows for the tasks, and counts for the summary. `style` and
+    """All hindsight rows for the tasks, and counts for the summary. `cands_by_task` holds the
+    programs to learn from (the caller applies `cfg.iterations`); `style` and
     `max_prompt_chars` are the search's, so rows look like the prompts the model samples from."""
     rng = random.Random(cfg.seed * 7919 + iteration)
     rows: list[dict] = []
     counts = {"sample_rows": 0, "refine_rows": 0, "wrong_program_rows": 0, "tasks_with_rows": 0}
     for tid, task in tasks.items():
-        cands = [c for c in cands_by_task.get(tid, []) if cfg.iterations == "all" or c.iteration == iteration]
+        cands = cands_by_task.get(tid, [])
         s = sampling_rows(task, cands, cfg, rng, style)
         r = refinement_rows(task, cands, cfg, rng, style, max_prompt_chars)
         counts["sample_rows"] += len(s)

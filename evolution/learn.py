@@ -18,7 +18,7 @@ from datasets import Dataset
 from evolution.config import LearnConfig, SoarConfig
 from evolution.hindsight import build_rows
 from evolution.records import Candidate
-from store import Store
+from store import Store, keys
 from store.models import ModelVersion
 from training.checkpoints import publish
 from training.corpora import load_corpus
@@ -53,9 +53,17 @@ def seed_rows(cfg: SoarConfig, n: int, seed: int, task_ids: list[str]) -> list[d
 
 def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], iteration: int
                    ) -> tuple[list[dict[str, str]], dict[str, int]]:
-    """Relabeled programs and refinement pairs from the archive, as prompt/completion rows."""
+    """Relabeled programs and refinement pairs from the archive, as prompt/completion rows.
+
+    With `learn.hindsight.iterations: last`, the programs `iteration`'s search tried, found by
+    its marks: a program an earlier iteration archived first counts when it is found again.
+    """
     archive = store.archive(cfg.experiment)
     cands = {tid: [Candidate.from_record(r) for r in archive.get_task(tid)] for tid in tasks}
+    if cfg.learn.hindsight.iterations == "last":
+        for tid in tasks:
+            seen = archive.marks(keys.search_counter(iteration, "seen", tid))
+            cands[tid] = [c for c in cands[tid] if c.code_hash in seen]
     rows, counts = build_rows(tasks, cands, cfg.learn.hindsight, iteration, style=cfg.search.prompt_style,
                               max_prompt_chars=cfg.search.max_prompt_chars)
     return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows], counts

@@ -6,12 +6,16 @@ import random
 
 import pytest
 
+from common.config import load_config
+from evolution.config import SoarConfig
 from evolution.gridtext import grid_text
 from evolution.hindsight import HindsightConfig, build_rows, relabeled_task, select_programs
+from evolution.learn import hindsight_rows
 from evolution.programs import Step, render, run
 from evolution.prompts import CODE_PREFIX
 from evolution.records import Candidate
 from evolution.tasks import load_split
+from store import keys
 from store.codehash import code_hash
 
 TASK = "3c9b0459"  # rotate 180
@@ -102,3 +106,21 @@ def test_vote_weighting_prefers_programs_the_majority_agrees_with(task):
     weighted = select_programs(cands, HindsightConfig(per_task=1, selection="greedy"), random.Random(0),
                                vote_weights(task, cands))
     assert weighted[0].code in majority
+
+
+def test_last_iteration_learns_from_programs_it_found_again(task, store, experiment_name):
+    """`iterations: last` takes what the last search tried, not what it archived first: a
+    program archived by iteration 0 and found again by iteration 1 is iteration 1's too."""
+    old, new = candidate(task, PROGRAMS["rot180"]), candidate(task, PROGRAMS["flip_h"])
+    archive = store.archive(experiment_name)
+    record = old.to_record() | {"iteration": 0}
+    archive.add_many([record], marks={keys.search_counter(0, "seen", task.id): {old.code_hash: 0}})
+    archive.add_many([record, new.to_record() | {"iteration": 1}],  # found again, and a new one
+                     marks={keys.search_counter(1, "seen", task.id): {old.code_hash: 0, new.code_hash: 1}})
+    def config(iterations: str) -> SoarConfig:
+        return load_config(None, SoarConfig, [f"experiment={experiment_name}", "search.prompt_style=compact",
+                                              f"learn.hindsight.iterations={iterations}"])
+
+    rows, _ = hindsight_rows(config("last"), store, {task.id: task}, iteration=1)
+    assert {CODE_PREFIX + r["completion"] for r in rows} == {old.code, new.code}
+    assert hindsight_rows(config("all"), store, {task.id: task}, iteration=1)[1]["sample_rows"] == 2
