@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from evolution.filters import FilterConfig, Reason, reasons_to_drop
 from evolution.prompts import (
     PromptStyle,
     completion_from_program,
@@ -42,6 +43,13 @@ class HindsightConfig:
     selection: Selection = "greedy-diverse"  # paper's best; "correct-only" is what its released code does
     refinement_per_task: int = 10  # refinement pairs kept per task, balanced across parent bins
     iterations: Literal["all", "last"] = "all"  # archive iterations to learn from
+    # SOAR's filters applied to the training data too: a program that copies its input, writes
+    # one grid for every input, hard-codes an output or has an over-long line defines no task
+    # worth learning (thresholds from the job's `filters`).
+    drop: tuple[Reason, ...] = ("identity", "identical_outputs", "hardcoded_output", "long_line")
+    # Refinement pairs: "improves" = the child solves more train pairs than its parent;
+    # "solves" = the child solves every train pair (SOAR's rule).
+    refine_rule: Literal["improves", "solves"] = "improves"
     # Test-time training: among programs equally right on the train pairs, prefer those whose
     # test outputs the weighted majority vote favours (the test answers are never seen).
     vote_weighted: bool = False
@@ -65,11 +73,13 @@ def relabeled_task(task: ArcTask, c: Candidate, rng: random.Random) -> ArcTask |
     return ArcTask(f"{task.id}-{c.code_hash[:8]}", tuple(examples[:-n_test]), tuple(examples[-n_test:]))
 
 
-def _distinct_outputs(cands: Iterable[Candidate]) -> list[Candidate]:
-    """One program per output signature (the shortest), so copies of a behaviour count once."""
+def _distinct(cands: Iterable[Candidate]) -> list[Candidate]:
+    """Wrong programs: one per output signature (the shortest), since programs with the same
+    outputs define the same relabeled task. Right programs: every distinct code, since each
+    is another way to solve the real task."""
     best: dict[tuple, Candidate] = {}
     for c in cands:
-        key = (c.train_outputs, c.test_outputs)
+        key = (c.code_hash,) if c.train_accuracy == 1.0 else (c.train_outputs, c.test_outputs)
         if key not in best or len(c.code) < len(best[key].code):
             best[key] = c
     return list(best.values())
@@ -88,7 +98,7 @@ def select_programs(cands: Sequence[Candidate], cfg: HindsightConfig, rng: rando
 
     `weights` (code_hash -> vote weight) breaks ties in train accuracy before code length.
     """
-    pool = _distinct_outputs(c for c in cands if c.all_ok)
+    pool = _distinct(c for c in cands if c.all_ok)
     weights = weights or {}
     by_quality = sorted(pool, key=lambda c: (-c.train_accuracy, -weights.get(c.code_hash, 0.0), len(c.code), c.code_hash))
     n = cfg.per_task
@@ -120,14 +130,21 @@ def sampling_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightConfi
 
 
 def refinement_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightConfig,
-                    rng: random.Random, style: PromptStyle = "compact",
-                    max_prompt_chars: int | None = None) -> list[dict[str, str]]:
-    """Parent prompt -> child that solved more train pairs, balanced across parent bins."""
+                    rng: random.Random, style: PromptStyle = "compact", max_prompt_chars: int | None = None,
+                    learnable: set[str] | None = None) -> list[dict[str, str]]:
+    """Parent prompt -> a better child (cfg.refine_rule), balanced across parent bins. Only
+    children in `learnable` (code hashes; None: all) are taught; any parent may be repaired."""
     by_hash = {c.code_hash: c for c in cands}
     pairs_by_bin: dict[str, list[tuple[Candidate, Candidate]]] = defaultdict(list)
     for child in cands:
         parent = by_hash.get(child.parent or "")
-        if child.kind == "refine" and parent is not None and sum(child.train_correct) > sum(parent.train_correct):
+        if child.kind != "refine" or parent is None or (learnable is not None and child.code_hash not in learnable):
+            continue
+        if cfg.refine_rule == "solves":
+            better = child.train_accuracy == 1.0 and parent.train_accuracy < 1.0
+        else:
+            better = sum(child.train_correct) > sum(parent.train_correct)
+        if better:
             pairs_by_bin[accuracy_bin(parent.train_accuracy)].append((parent, child))
     queues = [rng.sample(v, len(v)) for _, v in sorted(pairs_by_bin.items())]
     picked: list[tuple[Candidate, Candidate]] = []
@@ -143,18 +160,21 @@ def refinement_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightCon
 
 
 def build_rows(tasks: dict[str, ArcTask], cands_by_task: dict[str, list[Candidate]], cfg: HindsightConfig,
-               iteration: int, *, style: PromptStyle = "compact",
-               max_prompt_chars: int | None = None) -> tuple[list[dict], dict[str, int]]:
+               iteration: int, *, style: PromptStyle = "compact", max_prompt_chars: int | None = None,
+               filters: FilterConfig | None = None) -> tuple[list[dict], dict[str, int]]:
     """All hindsight rows for the tasks, and counts for the summary. `cands_by_task` holds the
     programs to learn from (the caller applies `cfg.iterations`); `style` and
     `max_prompt_chars` are the search's, so rows look like the prompts the model samples from."""
     rng = random.Random(cfg.seed * 7919 + iteration)
     rows: list[dict] = []
-    counts = {"sample_rows": 0, "refine_rows": 0, "wrong_program_rows": 0, "tasks_with_rows": 0}
+    counts = {"sample_rows": 0, "refine_rows": 0, "wrong_program_rows": 0, "tasks_with_rows": 0, "filtered": 0}
+    drop = set(cfg.drop)
     for tid, task in tasks.items():
-        cands = cands_by_task.get(tid, [])
+        given = cands_by_task.get(tid, [])
+        cands = [c for c in given if not drop & set(reasons_to_drop(c, task, filters))]
+        counts["filtered"] += len(given) - len(cands)
         s = sampling_rows(task, cands, cfg, rng, style)
-        r = refinement_rows(task, cands, cfg, rng, style, max_prompt_chars)
+        r = refinement_rows(task, given, cfg, rng, style, max_prompt_chars, {c.code_hash for c in cands})
         counts["sample_rows"] += len(s)
         counts["refine_rows"] += len(r)
         counts["wrong_program_rows"] += sum(row["train_accuracy_on_task"] < 1.0 for row in s)

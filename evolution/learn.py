@@ -65,7 +65,7 @@ def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], ite
             seen = archive.marks(keys.search_counter(iteration, "seen", tid))
             cands[tid] = [c for c in cands[tid] if c.code_hash in seen]
     rows, counts = build_rows(tasks, cands, cfg.learn.hindsight, iteration, style=cfg.search.prompt_style,
-                              max_prompt_chars=cfg.search.max_prompt_chars)
+                              max_prompt_chars=cfg.search.max_prompt_chars, filters=cfg.filters)
     return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows], counts
 
 

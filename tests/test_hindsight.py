@@ -56,7 +56,7 @@ def test_relabeled_task_is_solved_by_its_program(task, cands):
 
 def test_greedy_diverse_keeps_wrong_programs_in_the_dataset(task, cands):
     """The published code's inverted condition drops the diverse half; here it lands."""
-    cfg = HindsightConfig(per_task=4, selection="greedy-diverse")
+    cfg = HindsightConfig(per_task=4, selection="greedy-diverse", drop=())
     chosen = select_programs(cands, cfg, random.Random(0))
     assert len(chosen) == 4
     assert chosen[0].code == render(PROGRAMS["rot180"])  # best accuracy, then shorter code
@@ -66,12 +66,41 @@ def test_greedy_diverse_keeps_wrong_programs_in_the_dataset(task, cands):
     assert {CODE_PREFIX + r["completion"] for r in rows} == {c.code for c in chosen}
 
 
-def test_identical_outputs_count_once_and_correct_only_drops_wrong(task, cands):
-    chosen = select_programs(cands, HindsightConfig(per_task=50, selection="greedy"), random.Random(0))
-    assert len(chosen) == len(cands) - 1  # rot180 and flip_h+flip_v behave identically: the shorter stays
-    assert render(PROGRAMS["rot180_long"]) not in {c.code for c in chosen}
+def test_right_programs_count_by_code_wrong_ones_by_outputs(task, cands):
+    """Two right programs are two ways to solve the task: both stay. Two wrong programs with
+    the same outputs define the same relabeled task: the shorter stays."""
+    flip_h_long = candidate(task, (Step("flip_v"), Step("flip_v"), Step("flip_h")))
+    chosen = select_programs(cands + [flip_h_long], HindsightConfig(per_task=50, selection="greedy"),
+                             random.Random(0))
+    codes = {c.code for c in chosen}
+    assert {render(PROGRAMS["rot180"]), render(PROGRAMS["rot180_long"])} <= codes
+    assert render(PROGRAMS["flip_h"]) in codes and flip_h_long.code not in codes
     only = select_programs(cands, HindsightConfig(per_task=50, selection="correct-only"), random.Random(0))
-    assert [c.code for c in only] == [render(PROGRAMS["rot180"])]
+    assert [c.code for c in only] == [render(PROGRAMS["rot180"]), render(PROGRAMS["rot180_long"])]
+
+
+def test_programs_not_worth_learning_are_filtered_from_the_data(task, cands):
+    """SOAR's filters apply to training data: the identity program defines no task to learn."""
+    identity = candidate(task, PROGRAMS["identity_like"])
+    rows, counts = build_rows({task.id: task}, {task.id: cands}, HindsightConfig(per_task=50), iteration=0)
+    assert identity.code not in {CODE_PREFIX + r["completion"] for r in rows} and counts["filtered"] >= 1
+    kept, _ = build_rows({task.id: task}, {task.id: cands}, HindsightConfig(per_task=50, drop=()), iteration=0)
+    assert identity.code in {CODE_PREFIX + r["completion"] for r in kept}
+
+
+def test_refinement_rule_solves_keeps_only_children_that_solve_the_task(task, cands):
+    parent = cands[2]  # flip_h: wrong
+    solved = candidate(task, PROGRAMS["rot180"], kind="refine", parent=parent.code_hash)
+    better = candidate(task, PROGRAMS["transpose"], kind="refine", parent=cands[6].code_hash)
+    pool = [parent, solved, cands[6], better]
+    for rule, want in (("improves", None), ("solves", {solved.code})):
+        rows, _ = build_rows({task.id: task}, {task.id: pool},
+                             HindsightConfig(per_task=1, refinement_per_task=5, refine_rule=rule, drop=()), iteration=0)
+        children = {CODE_PREFIX + r["completion"] for r in rows if r["kind"] == "refine"}
+        if want is None:
+            assert solved.code in children
+        else:
+            assert children == want
 
 
 def test_refinement_rows_pair_parents_with_better_children(task, cands):
