@@ -27,7 +27,6 @@ class ContextLengthError(ValueError):
 
 
 def _compiles(pattern: str) -> bool:
-
     try:
         regex.compile(pattern)
     except regex.error:

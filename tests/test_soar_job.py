@@ -84,6 +84,8 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
     assert summary["baselines"]["seed_only_control"]["steps"] == 5
     report = (run_dir / "report.md").read_text()
     assert "random-program prior" in report and "seed-only control" in report and "held-out solved" in report
+    assert {"last_minus_seed_model", "last_minus_seed_only_control"} <= set(summary["comparisons"])
+    assert "Paired differences" in report
     # held-out tasks were searched, in their own namespaces only: hindsight never saw them
     assert not store.archive(experiment_name).get_task(HELDOUT_ID)
     assert store.archive(f"{experiment_name}.eval.v0.heldout.s1").get_task(HELDOUT_ID)

@@ -41,7 +41,10 @@ class Recipe:
 
 # name -> recipe (named by string, as corpora are: training imports no workload package);
 # the workloads' configs point at models/<name>.
-RECIPES: dict[str, Recipe] = {}
+RECIPES: dict[str, Recipe] = {
+    # SOAR demo: configs/soar-demo.yaml's model.seed, trained longer than a demo could afford
+    "soar-demo-seed": Recipe(seed="evolution.seeds:demo_seed", evaluate="evolution.seeds:evaluate_demo_seed"),
+}
 
 
 def recipe_config(name: str) -> SeedConfig:
@@ -105,6 +108,14 @@ def problems(name: str, models_dir: Path = MODELS_DIR) -> list[str]:
     if manifest.get("files") != file_hashes(path):
         found.append(f"models/{name}: its files do not match the hashes in its manifest")
     return found
+
+
+def verified(path: str) -> str:
+    """`path` itself; when it is an embedded model (it has a manifest), after checking its files."""
+    p = Path(path)
+    if (p / MANIFEST).exists():
+        return checkpoint(p.name, p.parent)
+    return path
 
 
 def checkpoint(name: str, models_dir: Path = MODELS_DIR) -> str:
