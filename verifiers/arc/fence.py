@@ -8,7 +8,10 @@ object in its own interpreter (``sys.modules['os']``, ctypes, ``__subclasses__``
   compute are allowed. Denied, among others: open/openat (no file reads or writes at all),
   socket (no network), fork/clone/execve (no processes, no threads), kill/tkill/tgkill
   (cannot signal the worker, the verifier or other programs), ptrace/process_vm_*, setrlimit
-  (cannot raise its limits), mount/unshare/setns. Applied with no_new_privs, irreversibly.
+  (cannot raise its limits), mount/unshare/setns. Calls that are allowed are allowed only
+  with arguments that are safe whatever the program passes: fcntl only for commands that
+  cannot make the kernel send signals (no F_SETOWN/F_SETSIG, no O_ASYNC), prlimit64 only
+  to read its own limits, clocks only the fixed ones. Applied with no_new_privs, irreversibly.
 - resource limits: address space (memory), CPU seconds (a backstop for the worker's
   precise CPU/wall watchdog), file size 0, a handful of fds, no core dumps, no processes.
 - when running as root: drop to uid/gid 65534 (nobody) with no groups, so the process owns
@@ -37,21 +40,32 @@ SECCOMP_MODE_FILTER = 2
 
 _ACT_ALLOW = 0x7FFF0000
 _ACT_ERRNO_EPERM = 0x00050000 | errno.EPERM
+_CMP_LT = 2
 _CMP_EQ = 4
 _CMP_MASKED_EQ = 7
 _AT_EMPTY_PATH = 0x1000
+_O_ASYNC = 0o20000
+# fcntl commands CPython and numpy use on open fds. Denied above all: F_SETOWN(_EX) and
+# F_SETSIG, which with O_ASYNC make the kernel signal a chosen pid whenever the worker
+# reads the result pipe; F_SETLEASE/F_NOTIFY/F_SETLK*, which also deliver signals.
+FCNTL_ALLOWED = {"F_DUPFD": 0, "F_GETFD": 1, "F_SETFD": 2, "F_GETFL": 3,
+                 "F_DUPFD_CLOEXEC": 1030}
+F_SETFL = 4
+# Clocks a program may read or sleep on: the fixed ones (0..15: realtime, monotonic, its
+# own process and thread CPU clocks, ...), not another process's CPU clock (negative ids).
+MAX_CLOCK_ID = 16
 
 # What CPython + numpy use while computing on in-memory data. Everything else is EPERM.
 ALLOWED_SYSCALLS = (
     # memory
     "brk", "mmap", "munmap", "mremap", "mprotect", "madvise",
     # I/O on the fds the worker left open (stdio on /dev/null, the result pipe)
-    "read", "write", "readv", "writev", "close", "lseek", "fstat", "fcntl",
+    "read", "write", "readv", "writev", "close", "lseek", "fstat",
     # signals of its own (handlers, masks); it cannot send any: kill/tgkill are denied
     "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack", "restart_syscall",
-    # time, randomness, identity, scheduling
-    "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday",
-    "time", "getrandom", "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid",
+    # time (the clock_* calls only on fixed clocks: see SeccompFilter), randomness,
+    # identity, scheduling
+    "nanosleep", "gettimeofday", "time", "getrandom", "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid",
     "getegid", "getrusage", "times", "sched_yield", "sched_getaffinity", "sysinfo",
     "uname", "getcwd", "futex", "poll", "ppoll", "select", "pselect6", "getrlimit",
     # leaving
@@ -105,8 +119,16 @@ class SeccompFilter:
         # fstat is newfstatat(fd, "", buf, AT_EMPTY_PATH) in modern glibc; a path lookup
         # (os.stat('/etc/passwd'), flags without AT_EMPTY_PATH) stays denied.
         self._allow("newfstatat", _ArgCmp(3, _CMP_MASKED_EQ, _AT_EMPTY_PATH, _AT_EMPTY_PATH))
-        # getrlimit is prlimit64(0, res, NULL, &old) in glibc: allow only a NULL new limit.
-        self._allow("prlimit64", _ArgCmp(2, _CMP_EQ, 0, 0))
+        # getrlimit is prlimit64(0, res, NULL, &old) in glibc: only its own limits (pid 0),
+        # only reading them (a NULL new limit).
+        self._allow("prlimit64", _ArgCmp(0, _CMP_EQ, 0, 0), _ArgCmp(2, _CMP_EQ, 0, 0))
+        for cmd in FCNTL_ALLOWED.values():
+            self._allow("fcntl", _ArgCmp(1, _CMP_EQ, cmd, 0))
+        # F_SETFL (O_NONBLOCK and the like) only without O_ASYNC: no signal-driven I/O
+        self._allow("fcntl", _ArgCmp(1, _CMP_EQ, F_SETFL, 0),
+                    _ArgCmp(2, _CMP_MASKED_EQ, _O_ASYNC, 0))
+        for name in ("clock_gettime", "clock_getres", "clock_nanosleep"):
+            self._allow(name, _ArgCmp(0, _CMP_LT, MAX_CLOCK_ID, 0))
         self._bpf = self._export()
         self._prog = _SockFprog(len(self._bpf) // 8, ctypes.addressof(self._bpf))
         self._libc = _libc()
