@@ -11,10 +11,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from verifiers.arc import ArcExecutor, ArcTask
+from verifiers.arc.sandbox import SandboxLimits, SandboxWorker, decode_run
 
 TASK = ArcTask.from_json({
     "train": [{"input": [[1, 2], [3, 4]], "output": [[4, 3], [2, 1]]}],
@@ -68,3 +71,46 @@ def test_fcntl_cannot_send_signals(executor):
     finally:
         victim.kill()
         victim.wait()
+
+
+def test_stat_with_a_path_sees_nothing(executor):
+    # newfstatat(AT_FDCWD, path, buf, AT_EMPTY_PATH) passes the seccomp rule for fstat, and
+    # the kernel resolves the non-empty path: this read a file's size before the fix.
+    with tempfile.TemporaryDirectory(dir="/tmp") as d:
+        os.chmod(d, 0o755)  # searchable by anyone, as /etc is
+        secret = Path(d) / "secret"
+        secret.write_bytes(b"x" * 7)
+        secret.chmod(0o600)
+        _check_stat_blocked(executor, secret)
+
+
+def _check_stat_blocked(executor: ArcExecutor, secret: Path) -> None:
+    program = CTYPES + (
+        "def transform(g):\n"
+        "    buf = ctypes.create_string_buffer(256)\n"
+        "    rc = libc.syscall(262, -100, %r, buf, 0x1000)\n"  # x86_64 newfstatat
+        "    size = int.from_bytes(buf.raw[48:56], 'little')\n"
+        "    return [[1 if rc == 0 else 0, min(size, 9)]]\n" % str(secret).encode())
+    results = executor.execute_many(TASK, [program, FLIP])
+    assert results[0].test[0].status == "ok", results[0]
+    assert results[0].test[0].output == ((0, 0),)
+    assert results[1].test[0].correct
+
+
+def test_each_worker_runs_programs_under_its_own_uid():
+    program = ("import sys\nos = sys.modules['os']\n"
+               "def transform(g):\n    return [[int(c) for c in str(os.getuid())]]\n")
+    workers = [SandboxWorker(), SandboxWorker()]
+    try:
+        uids = []
+        for w in workers:
+            [result] = decode_run(w.run("k", [[[0]]], SandboxLimits(), program), 1)
+            assert result.status == "ok", result
+            uids.append(int("".join(map(str, result.output[0]))))
+    finally:
+        for w in workers:
+            w.close()
+    if not ROOT:
+        pytest.skip("uids are per worker only when the verifier runs as root")
+    assert len(set(uids)) == 2, uids
+    assert not {0, NOBODY} & set(uids), uids

@@ -14,9 +14,16 @@ object in its own interpreter (``sys.modules['os']``, ctypes, ``__subclasses__``
   to read its own limits, clocks only the fixed ones. Applied with no_new_privs, irreversibly.
 - resource limits: address space (memory), CPU seconds (a backstop for the worker's
   precise CPU/wall watchdog), file size 0, a handful of fds, no core dumps, no processes.
-- when running as root: drop to uid/gid 65534 (nobody) with no groups, so the process owns
-  nothing, cannot raise a hard limit and cannot touch root's processes even if a fence
-  had a hole; and the worker process lives in its own network namespace (down loopback).
+- an empty root: the child chroots into an empty directory before seccomp, because one
+  allowed call still takes a path (newfstatat with AT_EMPTY_PATH and a non-empty path is
+  resolved by the kernel: it leaked the size of /etc/shadow). Nothing is there to see. As
+  root this is a plain chroot; otherwise a new user namespace grants the right to chroot;
+  where neither works the child runs without it (``enter_empty_root`` says so).
+- when running as root: drop to a uid/gid of the worker's own (``worker_uid``: a high uid
+  no account uses, different for every live worker on the machine) with no groups, so the
+  process owns nothing, cannot raise a hard limit and cannot touch root's processes or
+  another worker's programs even if a fence had a hole; and the worker process lives in
+  its own network namespace (down loopback).
 
 libseccomp is used through ctypes (Debian's libseccomp2, present wherever Ray runs) with
 its non-variadic ``seccomp_rule_add_array`` so no C varargs cross ctypes; it resolves
@@ -31,8 +38,9 @@ import errno
 import os
 import resource
 
-NOBODY = 65534
+UID_BASE = 0x70000000  # worker uids: UID_BASE + the worker's pid (pid_max <= 2**22)
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
@@ -199,11 +207,32 @@ def set_limits(*, address_space_bytes: int, cpu_seconds: int, max_fds: int) -> N
         resource.setrlimit(res, (value, value))
 
 
-def drop_privileges() -> bool:
-    """Become nobody:nogroup when root; returns whether privileges were dropped."""
+def worker_uid(worker_pid: int) -> int:
+    """The uid (and gid) a worker's programs run under: unique while the worker lives."""
+    return UID_BASE + worker_pid
+
+
+def enter_empty_root(path: str) -> bool:
+    """chroot into ``path`` (an empty directory) and cd there; returns whether it worked.
+
+    Root chroots directly; anyone else first enters a new user namespace, where it holds
+    CAP_SYS_CHROOT. Must run before the uid change (root) and before seccomp.
+    """
+    if os.geteuid() != 0 and _libc().unshare(CLONE_NEWUSER) != 0:
+        return False
+    try:
+        os.chroot(path)
+        os.chdir("/")
+    except OSError:
+        return False
+    return True
+
+
+def drop_privileges(uid: int) -> bool:
+    """Become ``uid``:``uid`` with no groups when root; returns whether it happened."""
     if os.geteuid() != 0:
         return False
     os.setgroups([])
-    os.setresgid(NOBODY, NOBODY, NOBODY)
-    os.setresuid(NOBODY, NOBODY, NOBODY)
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
     return True

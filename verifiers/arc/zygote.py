@@ -8,7 +8,8 @@ It imports numpy, a curated set of computation-only stdlib modules and the calle
 allowed modules once, then for every program:
 
     fork -> child: stdio to /dev/null, result pipe on fd 3, all other fds closed, rlimits,
-            drop to nobody (if root), import guard, seccomp (see fence.py), seeded RNGs,
+            chroot into an empty dir, drop to the worker's own uid (if root), import guard,
+            seccomp (see fence.py), seeded RNGs,
             exec the code, call transform() on a fresh copy of each input, write one line
             per input to fd 3, _exit
          -> here: watch the child's CPU clock and wall clock against a cumulative per-input
@@ -172,7 +173,8 @@ def _child_setup(result_w: int, devnull: int, limits: dict) -> None:
     os.closerange(RESULT_FD + 1, 1 << 20)
     fence.set_limits(address_space_bytes=limits["vm_base_bytes"] + limits["memory_bytes"],
                      cpu_seconds=limits["cpu_backstop_s"], max_fds=MAX_FDS)
-    fence.drop_privileges()
+    fence.enter_empty_root(_EMPTY_ROOT)
+    fence.drop_privileges(_UID)
     fence.die_with_parent()  # after the uid change, which clears the parent-death signal
     random.seed(0)  # os.fork reseeded it from urandom; programs must be repeatable
     builtins.__import__ = _guarded_import
@@ -320,7 +322,7 @@ def _preload(names: list[str]) -> dict[str, str]:
 
 def main() -> None:
     proto_in, proto_out = os.dup(0), os.dup(1)
-    global _DEVNULL, _SECCOMP, _ALLOWED_EXACT, _ALLOWED_PREFIXES
+    global _DEVNULL, _SECCOMP, _ALLOWED_EXACT, _ALLOWED_PREFIXES, _EMPTY_ROOT, _UID
     _DEVNULL = os.open(os.devnull, os.O_RDWR)
     os.dup2(_DEVNULL, 0)
     os.dup2(_DEVNULL, 1)  # a stray print() in an imported module must not corrupt frames
@@ -335,11 +337,14 @@ def main() -> None:
     _ALLOWED_EXACT = frozenset(STDLIB_ALLOWED) | frozenset(allowed)
     _ALLOWED_PREFIXES = tuple(n for n in STDLIB_ALLOWED + tuple(allowed) if n != "sys")
     _SECCOMP = fence.SeccompFilter()
+    _EMPTY_ROOT = os.path.abspath("empty-root")  # cwd is the worker's private scratch dir
+    os.mkdir(_EMPTY_ROOT, 0o555)
+    _UID = fence.worker_uid(os.getpid())
     netns = fence.unshare_network() if os.geteuid() == 0 else False
     gc.collect()
     gc.freeze()  # children then leave the warm heap's pages shared (no gc writes to them)
     write_frame(proto_out, {"ready": True, "pid": os.getpid(), "errors": errors,
-                            "netns": netns, "root": os.geteuid() == 0})
+                            "netns": netns, "root": os.geteuid() == 0, "uid": _UID})
     inputs: list = []
     budgets: list[float] = []
     limits: dict = {}
@@ -367,6 +372,8 @@ def main() -> None:
 _DEVNULL = -1
 _UNREAPED: list[tuple[int, int]] = []
 _SECCOMP: fence.SeccompFilter
+_EMPTY_ROOT = ""
+_UID = -1
 _ALLOWED_EXACT: frozenset[str] = frozenset()
 _ALLOWED_PREFIXES: tuple[str, ...] = ()
 _real_import = builtins.__import__
