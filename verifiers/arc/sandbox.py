@@ -42,7 +42,7 @@ from typing import Any
 from verifiers.arc.grids import Grid, decode_rows, encode_rows
 from verifiers.arc.results import MAX_MESSAGE, STATUSES, InputResult
 
-VERIFIER_VERSION = "arc-sandbox-1"  # bump when a change alters results: it keys the cache
+VERIFIER_VERSION = "arc-sandbox-2"  # bump when a change alters results: it keys the cache
 ZYGOTE = Path(__file__).with_name("zygote.py")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 EXIT_SETUP_FAILED = 71  # zygote.EXIT_SETUP_FAILED (zygote.py imports nothing of ours)

@@ -47,9 +47,16 @@ STDLIB_ALLOWED = (
     "heapq", "itertools", "json", "math", "numbers", "operator", "queue", "random", "re",
     "statistics", "string", "sys", "textwrap", "time", "types", "typing", "warnings",
 )
-# Not numpy.random (nondeterministic, and 7 MB more warm heap: every fork and exit pays for
-# resident pages) nor numpy.ma/polynomial (rare in ARC code); importing them is "forbidden".
-NUMPY_PRELOAD = ("numpy", "numpy.linalg", "numpy.fft", "numpy.lib.stride_tricks")
+# numpy with every submodule its public functions import lazily (np.percentile and
+# np.kron reach numpy.ma, np.polynomial is an attribute that imports on first use): the
+# child cannot open files, so what is not loaded here fails with ModuleNotFoundError.
+# Not numpy.random: nondeterministic, and 7 MB more warm heap that every fork pays for.
+NUMPY_PRELOAD = ("numpy", "numpy.linalg", "numpy.fft", "numpy.lib.stride_tricks", "numpy.ma",
+                 "numpy.polynomial", "numpy.char", "numpy.strings", "numpy.rec",
+                 "numpy.exceptions", "numpy.dtypes")
+# scipy.ndimage (label, binary_fill_holes, find_objects, ...) is common in ARC programs;
+# the rest of scipy is not allowed (scipy itself only as the package that holds it).
+SCIPY_PRELOAD = ("scipy", "scipy.ndimage")
 RESULT_FD = 3
 MAX_FDS = 8
 EXIT_SETUP_FAILED = 71
@@ -161,6 +168,8 @@ def _guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
 
 def _import_allowed(name: str) -> bool:
     if name in _ALLOWED_EXACT or name.split(".", 1)[0] == "numpy":
+        return True
+    if name == "scipy" or name == "scipy.ndimage" or name.startswith("scipy.ndimage."):
         return True
     return any(name.startswith(m + ".") for m in _ALLOWED_PREFIXES)
 
@@ -332,7 +341,8 @@ def main() -> None:
     if config is None:
         return
     allowed = list(config.get("allowed_modules", []))
-    errors = _preload(list(STDLIB_ALLOWED) + list(NUMPY_PRELOAD) + allowed)
+    errors = _preload(list(STDLIB_ALLOWED) + list(NUMPY_PRELOAD) + list(SCIPY_PRELOAD)
+                      + allowed)
     sys.path[:] = [p for p in sys.path if p != os.path.dirname(os.path.abspath(__file__))]
     _ALLOWED_EXACT = frozenset(STDLIB_ALLOWED) | frozenset(allowed)
     _ALLOWED_PREFIXES = tuple(n for n in STDLIB_ALLOWED + tuple(allowed) if n != "sys")
