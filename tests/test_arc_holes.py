@@ -114,3 +114,56 @@ def test_each_worker_runs_programs_under_its_own_uid():
         pytest.skip("uids are per worker only when the verifier runs as root")
     assert len(set(uids)) == 2, uids
     assert not {0, NOBODY} & set(uids), uids
+
+
+def _cached(store, ex: ArcExecutor, code: str) -> list:
+    from store import code_hash
+
+    return store.exec_cache.get_many([(ex.fingerprint(TASK), code_hash(code))])
+
+
+def test_wall_timeout_within_cpu_budget_is_not_cached(store):
+    # wall allowance 0.1 x CPU allowance: a spinning program runs out of wall time with
+    # most of its CPU budget left, as any program does on a machine too busy to run it.
+    spin = "def transform(g):\n    while True:\n        pass\n"
+    with ArcExecutor(cache=store.exec_cache,
+                     limits=SandboxLimits(setup_cpu_s=2.0, wall_factor=0.1)) as ex:
+        first = ex.execute(TASK, spin)
+        assert first.train[0].status == "timeout"
+        assert first.train[0].error_type == "WallTimeout"
+        assert not any(_cached(store, ex, spin))
+        again = ex.execute(TASK, spin)
+        assert not again.cached and ex.executed == 2
+    with ArcExecutor(cache=store.exec_cache) as ex:  # a CPU timeout is the program's own
+        assert ex.execute(TASK, spin).train[0].error_type == "Timeout"
+        assert any(_cached(store, ex, spin))
+
+
+def _signal_child_of(zygote: int, sig: int) -> None:
+    """Wait (bounded) for the zygote's one child and signal it."""
+    import time
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with open(f"/proc/{zygote}/task/{zygote}/children") as f:
+            kids = f.read().split()
+        if kids:
+            os.kill(int(kids[0]), sig)
+            return
+    raise AssertionError("the program never started")
+
+
+@pytest.mark.parametrize("sig,error_type", [(signal.SIGKILL, "Killed"),
+                                            (signal.SIGTERM, "Signalled")])
+def test_death_by_a_signal_from_outside_is_not_cached(store, sig, error_type):
+    import threading
+
+    sleeper = "import time\ndef transform(g):\n    time.sleep(1000)\n"
+    with ArcExecutor(cache=store.exec_cache, limits=SandboxLimits(setup_cpu_s=5.0)) as ex:
+        ex.ping()  # started, no child yet
+        killer = threading.Thread(target=_signal_child_of, args=(ex.worker_pids[0], sig))
+        killer.start()
+        result = ex.execute(TASK, sleeper)
+        killer.join()
+        assert result.train[0].error_type == error_type, result.train[0]
+        assert not any(_cached(store, ex, sleeper))

@@ -14,8 +14,10 @@ them), so it is testable without Ray; pool.py wraps it in an actor. Per batch:
 3. run the misses, one program per fork, spread over the idle workers;
 4. store the new executions and score every program against the expected outputs.
 
-Everything is cached, timeouts included: a program that never stops is the costliest to
-repeat. Only infrastructure failures (a lost worker) are not.
+Everything the program decided is cached, CPU timeouts included: a program that never
+stops is the costliest to repeat. What the machine may have decided is not (results.py
+TRANSIENT_ERRORS): a lost worker, a wall-clock timeout with CPU budget left, a SIGKILL or
+another signal the program cannot raise itself.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ class ArcExecutor:
             self.cache.set_many([
                 (fp, h, {"inputs": [r.to_cache() for r in runs]})
                 for h, runs in zip(missing, fresh, strict=True)
-                if not any(r.error_type == "SandboxError" for r in runs)])
+                if not any(r.transient for r in runs)])
         ran = set(missing)
         results = []
         expected = task.expected

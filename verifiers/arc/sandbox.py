@@ -48,6 +48,12 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 EXIT_SETUP_FAILED = 71  # zygote.EXIT_SETUP_FAILED (zygote.py imports nothing of ours)
 START_TIMEOUT_S = 120.0  # importing numpy on a loaded machine can take seconds
 REPLY_GRACE_S = 10.0  # beyond a program's wall allowance before the worker is presumed hung
+# Signals a fenced program can bring on itself: faults, and its own CPU/file-size rlimits.
+# It cannot send any (kill/tgkill are denied, fcntl cannot set signal-driven I/O), so any
+# other signal came from outside and says nothing about the program.
+SELF_INFLICTED_SIGNALS = frozenset((signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
+                                    signal.SIGTRAP, signal.SIGSYS, signal.SIGXCPU,
+                                    signal.SIGXFSZ))
 
 
 @dataclass(frozen=True)
@@ -244,8 +250,11 @@ def decode_run(raw: dict[str, Any], n_inputs: int) -> list[InputResult]:
     while len(results) < n_inputs:
         first = len(results) == len(lines)
         if term == "timeout":
-            results.append(InputResult("timeout", None, "Timeout",
-                           f"exceeded its time budget (cpu {raw.get('cpu_s', 0):.3f} s)"
+            wall = raw.get("timeout_kind") == "wall"  # within its CPU budget: maybe not its fault
+            results.append(InputResult("timeout", None, "WallTimeout" if wall else "Timeout",
+                           (f"exceeded its wall-clock allowance (cpu {raw.get('cpu_s', 0):.3f} s,"
+                            f" wall {raw.get('wall_s', 0):.3f} s)" if wall else
+                            f"exceeded its time budget (cpu {raw.get('cpu_s', 0):.3f} s)")
                            if first else "not run: an earlier input timed out"))
         elif term == "overflow":
             results.append(InputResult("invalid_output", None, "OutputTooLarge",
@@ -254,9 +263,12 @@ def decode_run(raw: dict[str, Any], n_inputs: int) -> list[InputResult]:
             results.append(InputResult("error", None, "SandboxError", "sandbox setup failed"))
         elif code == -signal.SIGKILL:  # not ours (ours are "timeout"): the kernel's OOM killer
             results.append(InputResult("memory", None, "Killed", "killed, likely out of memory"))
-        elif isinstance(code, int) and code < 0:
+        elif isinstance(code, int) and code < 0 and -code in SELF_INFLICTED_SIGNALS:
             results.append(InputResult("error", None, "Crashed",
                                        f"killed by signal {_signal_name(-code)}"))
+        elif isinstance(code, int) and code < 0:  # sent by someone else: not the program's
+            results.append(InputResult("error", None, "Signalled",
+                                       f"killed by signal {_signal_name(-code)} from outside"))
         else:
             results.append(InputResult("error", None, "Exited",
                                        f"the process exited (code {code}) before returning"))

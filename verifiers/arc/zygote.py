@@ -250,7 +250,7 @@ def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> 
     poller.register(pidfd, select.POLLIN)
     start = time.monotonic()
     buf = bytearray()
-    lines, cpu, term, reading = 0, 0.0, "exit", True
+    lines, cpu, term, reading, timeout_kind = 0, 0.0, "exit", True, None
     cap = limits["max_result_bytes"]
     while True:
         k = min(lines, len(budgets)) + 1 if budgets else 0
@@ -260,6 +260,7 @@ def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> 
         wall = time.monotonic() - start
         if cpu >= cpu_allow or wall >= wall_allow:
             term = "timeout"
+            timeout_kind = "cpu" if cpu >= cpu_allow else "wall"
             break
         wait_ms = max(1, int(1000 * min(cpu_allow - cpu, wall_allow - wall)) + 1)
         exited = False
@@ -297,6 +298,7 @@ def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> 
     os.close(r)
     return {
         "term": "exit" if term == "done" else term,
+        "timeout_kind": timeout_kind,
         "exit_code": exit_code,
         "out": bytes(buf[:cap]).decode("latin-1"),
         "cpu_s": round(cpu, 6),
