@@ -134,7 +134,9 @@ def test_wall_timeout_within_cpu_budget_is_not_cached(store):
         assert not any(_cached(store, ex, spin))
         again = ex.execute(TASK, spin)
         assert not again.cached and ex.executed == 2
-    with ArcExecutor(cache=store.exec_cache) as ex:  # a CPU timeout is the program's own
+    # a CPU timeout is the program's own (wall allowance 50x: CPU runs out first, even on a
+    # machine shared with other work)
+    with ArcExecutor(cache=store.exec_cache, limits=SandboxLimits(wall_factor=50.0)) as ex:
         assert ex.execute(TASK, spin).train[0].error_type == "Timeout"
         assert any(_cached(store, ex, spin))
 
@@ -167,3 +169,44 @@ def test_death_by_a_signal_from_outside_is_not_cached(store, sig, error_type):
         killer.join()
         assert result.train[0].error_type == error_type, result.train[0]
         assert not any(_cached(store, ex, sleeper))
+
+
+def _memory_holds(pid: int, needles: list[bytes]) -> list[bytes]:
+    """Which needles appear anywhere in the writable memory of process ``pid``."""
+    found = set()
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            fields = line.split()
+            if "r" not in fields[1] or "w" not in fields[1]:
+                continue
+            if len(fields) > 5 and fields[5] in ("[vvar]", "[vsyscall]", "[vvar_vclock]"):
+                continue
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            try:
+                data = os.pread(mem.fileno(), hi - lo, lo)
+            except OSError:
+                continue
+            found.update(n for n in needles if n in data)
+    return sorted(found)
+
+
+def test_programs_code_and_outputs_do_not_stay_in_the_worker():
+    # Every child is a fork of the worker: what the worker's heap still holds of an earlier
+    # program (freed, not erased), every later program can read with ctypes.string_at.
+    import random as _random
+
+    secret = f"PROGRAM-SECRET-{os.urandom(8).hex()}"
+    rng = _random.Random(secret)
+    row = "".join(rng.choice("0123456789") for _ in range(30))
+    program = (f"# {secret}\nROW = [int(c) for c in {row!r}]\n"
+               "def transform(g):\n    return [ROW, ROW[::-1]]\n")
+    worker = SandboxWorker()
+    try:
+        [first, _] = decode_run(worker.run("k", [[[1]], [[2]]], SandboxLimits(), program), 2)
+        assert first.status == "ok" and "".join(map(str, first.output[0])) == row
+        decode_run(worker.run("k", [[[1]], [[2]]], SandboxLimits(), FLIP), 2)
+        worker.ping()  # every child reaped
+        leaked = _memory_holds(worker.pid, [secret.encode(), row.encode(), row[::-1].encode()])
+    finally:
+        worker.close()
+    assert not leaked, leaked

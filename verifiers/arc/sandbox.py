@@ -161,8 +161,8 @@ class SandboxWorker:
             code: str) -> dict[str, Any]:
         """Raw outcome of ``code`` on ``inputs`` (see zygote.run_program); raises WorkerLost."""
         self._load_task(key, inputs, limits)
-        self._send({"op": "run", "code": code})
-        return self._recv(limits.max_wall_s(inputs) + REPLY_GRACE_S)
+        self._send_code(code)
+        return self._recv_run(limits.max_wall_s(inputs) + REPLY_GRACE_S)
 
     def run_queue(self, key: str, inputs: Sequence[Grid], limits: SandboxLimits,
                   jobs: queue.SimpleQueue[tuple[int, str]],
@@ -184,10 +184,10 @@ class SandboxWorker:
                     except queue.Empty:
                         break
                     inflight.append(index)
-                    self._send({"op": "run", "code": code})
+                    self._send_code(code)
                 if not inflight:
                     return
-                raw = self._recv(reply_s)
+                raw = self._recv_run(reply_s)
                 done(inflight.popleft(), decode_run(raw, len(inputs)))
             except WorkerLost as e:
                 lost = [InputResult("error", None, "SandboxError", str(e)[:MAX_MESSAGE])]
@@ -211,8 +211,23 @@ class SandboxWorker:
         self._send({"op": "ping"})
         return self._recv(REPLY_GRACE_S)
 
+    def _send_code(self, code: str) -> None:
+        # raw, not JSON: the worker keeps it in a buffer it wipes (zygote._INBUF)
+        self._send_body(b"R" + code.encode("utf-8", "surrogatepass"))
+
+    def _recv_run(self, timeout_s: float) -> dict[str, Any]:
+        """A run's reply: a JSON frame, then ``out_len`` raw bytes of the child's output."""
+        raw = self._recv(timeout_s)
+        n = raw.pop("out_len", 0)
+        if type(n) is not int or n < 0:
+            raise WorkerLost(f"sandbox worker {self.pid} sent a malformed reply")
+        raw["out"] = self._read_exact(self._proc.stdout, n, timeout_s).decode("latin-1")
+        return raw
+
     def _send(self, obj: dict[str, Any]) -> None:
-        body = json.dumps(obj).encode()
+        self._send_body(json.dumps(obj).encode())
+
+    def _send_body(self, body: bytes) -> None:
         if self._proc is None or self._proc.stdin is None:
             raise WorkerLost("sandbox worker is not running")
         try:

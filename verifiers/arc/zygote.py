@@ -91,6 +91,44 @@ def write_frame(fd: int, obj: dict) -> None:
         data = data[os.write(fd, data):]
 
 
+# Program code and program output pass through this process only in these two buffers,
+# never as Python objects, and are zeroed as soon as they are passed on: freed memory is
+# not erased, and every later child is a copy of this process's memory (a program read an
+# earlier program's comment with ctypes.string_at before this).
+_INBUF = bytearray(1 << 20)   # one request frame; a larger one gets a larger buffer
+_OUTBUF = bytearray(0)        # one child's output, up to max_result_bytes + one read
+READ_CHUNK = 65536
+
+
+def _wipe(buf: bytearray, n: int) -> None:
+    buf[:n] = bytes(n)  # in place: same length
+
+
+def read_request(fd: int) -> int | None:
+    """Read one frame into _INBUF; returns its length, None at EOF."""
+    global _INBUF
+    head = _read_exact(fd, 4)
+    if head is None:
+        return None
+    n = struct.unpack(">I", head)[0]
+    if n > len(_INBUF):
+        _wipe(_INBUF, len(_INBUF))
+        _INBUF = bytearray(n)
+    view = memoryview(_INBUF)
+    pos = 0
+    while pos < n:
+        k = os.readv(fd, [view[pos:n]])
+        if not k:
+            return None
+        pos += k
+    return n
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
 # ---------------------------------------------------------------- the child (program side)
 
 def _encode_cell(v: object) -> int:
@@ -190,9 +228,10 @@ def _child_setup(result_w: int, devnull: int, limits: dict) -> None:
     _SECCOMP.load()
 
 
-def _child(code: str, inputs: list, result_w: int, devnull: int, limits: dict) -> None:
+def _child(code_len: int, inputs: list, result_w: int, devnull: int, limits: dict) -> None:
     """Never returns. Every failure becomes a line or an exit code, never an exception."""
     try:
+        code = bytes(_INBUF[1:code_len]).decode("utf-8", "surrogatepass")  # 'R' + code
         _child_setup(result_w, devnull, limits)
     except BaseException:
         os._exit(EXIT_SETUP_FAILED)
@@ -231,8 +270,10 @@ def _cpu_seconds(pid: int, last: float) -> float:
         return last
 
 
-def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> dict:
-    """Fork a child for ``code``, enforce the budgets, return its raw lines and fate."""
+def run_program(code_len: int, inputs: list, budgets: list[float], limits: dict
+                ) -> tuple[dict, int]:
+    """Fork a child for the code in _INBUF, enforce the budgets; returns its fate and the
+    length of its output, which is in _OUTBUF (the caller sends it on and wipes it)."""
     # cumulative CPU allowance once k inputs are done: setup + budgets[0..k]
     allow = [limits["setup_cpu_s"]]
     for b in budgets:
@@ -242,14 +283,16 @@ def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> 
     pid = os.fork()
     if pid == 0:
         os.close(r)
-        _child(code, inputs, w, _DEVNULL, limits)
+        _child(code_len, inputs, w, _DEVNULL, limits)
+    _wipe(_INBUF, code_len)
     os.close(w)
     pidfd = os.pidfd_open(pid)
     poller = select.poll()
     poller.register(r, select.POLLIN)
     poller.register(pidfd, select.POLLIN)
     start = time.monotonic()
-    buf = bytearray()
+    out = memoryview(_OUTBUF)
+    size = 0
     lines, cpu, term, reading, timeout_kind = 0, 0.0, "exit", True, None
     cap = limits["max_result_bytes"]
     while True:
@@ -268,24 +311,24 @@ def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> 
             if fd == pidfd:
                 exited = True
             elif reading:
-                chunk = os.read(r, 65536)
-                if not chunk:
+                k = os.readv(r, [out[size:size + READ_CHUNK]])
+                if not k:
                     reading = False
                     poller.unregister(r)
-                buf += chunk
-                lines += chunk.count(b"\n")
-        if len(buf) > cap:
+                lines += _OUTBUF.count(b"\n", size, size + k)
+                size += k
+        if size > cap:
             term = "overflow"
             break
         if lines >= len(budgets) and not exited:
             term = "done"  # every input answered: the rest is exit teardown (or mischief)
             break
         if exited:
-            while reading and len(buf) <= cap:  # the only writer is gone: read to EOF
-                chunk = os.read(r, 65536)
-                reading = bool(chunk)
-                buf += chunk
-            if len(buf) > cap:
+            while reading and size <= cap:  # the only writer is gone: read to EOF
+                k = os.readv(r, [out[size:size + READ_CHUNK]])
+                reading = k > 0
+                size += k
+            if size > cap:
                 term = "overflow"
             break
     exit_code = None
@@ -296,14 +339,15 @@ def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> 
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         _UNREAPED.append((pid, pidfd))
     os.close(r)
+    out.release()
     return {
         "term": "exit" if term == "done" else term,
         "timeout_kind": timeout_kind,
         "exit_code": exit_code,
-        "out": bytes(buf[:cap]).decode("latin-1"),
+        "out_len": min(size, cap),  # that many bytes follow the reply frame
         "cpu_s": round(cpu, 6),
         "wall_s": round(time.monotonic() - start, 6),
-    }
+    }, size
 
 
 def _rss_kb() -> int:
@@ -360,19 +404,27 @@ def main() -> None:
     inputs: list = []
     budgets: list[float] = []
     limits: dict = {}
+    global _OUTBUF
     while True:
-        req = read_frame(proto_in)
-        if req is None:
+        n = read_request(proto_in)
+        if n is None:
             _reap(block=True)
             return
+        if n and _INBUF[0] == ord("R"):  # a program: b"R" + its UTF-8 source
+            reply, size = run_program(n, inputs, budgets, limits)
+            write_frame(proto_out, reply)
+            _write_all(proto_out, memoryview(_OUTBUF)[:reply["out_len"]])
+            _wipe(_OUTBUF, size)
+            continue
+        req = json.loads(bytes(_INBUF[:n]))
         if req["op"] == "task":
             inputs = [[[int(c) for c in row] for row in g] for g in req["inputs"]]
             budgets = [float(b) for b in req["budgets"]]
             # the warm heap's size, measured here once per task rather than in each child
             limits = dict(req["limits"], vm_base_bytes=_vm_bytes())
+            if len(_OUTBUF) != limits["max_result_bytes"] + READ_CHUNK:
+                _OUTBUF = bytearray(limits["max_result_bytes"] + READ_CHUNK)
             write_frame(proto_out, {"ok": True})
-        elif req["op"] == "run":
-            write_frame(proto_out, run_program(req["code"], inputs, budgets, limits))
         elif req["op"] == "ping":  # health and leak check: our own fds and memory
             _reap(block=True)
             write_frame(proto_out, {"ok": True, "fds": len(os.listdir("/proc/self/fd")),
