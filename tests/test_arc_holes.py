@@ -210,3 +210,22 @@ def test_programs_code_and_outputs_do_not_stay_in_the_worker():
     finally:
         worker.close()
     assert not leaked, leaked
+
+
+LINENO = "import sys\n{pad}def transform(g):\n    return [[sys._getframe().f_lineno % 10]]\n"
+
+
+def test_programs_that_share_a_hash_share_their_result_whichever_runs_first():
+    # Two programs that differ only in blank lines and comments have one cache key; their
+    # result must not depend on which of them happened to run first.
+    from store import code_hash
+
+    a = LINENO.format(pad="")
+    b = LINENO.format(pad="# a comment\n\n\n\n")
+    assert code_hash(a) == code_hash(b)
+    with ArcExecutor() as ex:
+        only_a = ex.execute(TASK, a)
+    with ArcExecutor() as ex:
+        only_b = ex.execute(TASK, b)
+    assert only_a.train[0].status == "ok"
+    assert only_a.train[0].output == only_b.train[0].output

@@ -6,7 +6,9 @@
 The executor is plain Python (threads talk to the worker processes; the work happens in
 them), so it is testable without Ray; pool.py wraps it in an actor. Per batch:
 
-1. hash every program (normalized code hash) and drop duplicates within the batch;
+1. hash every program (normalized code hash) and drop duplicates within the batch; what
+   runs is the normalized source itself (store.codehash.normalize_code), so a result is a
+   function of the hash, even for a program whose output depends on its line numbers;
 2. look the rest up in the cache under the task fingerprint, which covers the input grids,
    the limits and verifier version, and the source of the allowed modules, so changing
    any of them starts a fresh cache; expected outputs are not part of it (results are
@@ -31,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from store import ExecutionCache, code_hash, content_hash
+from store import ExecutionCache, code_hash, content_hash, normalize_code
 from verifiers.arc.grids import ArcTask, encode_rows
 from verifiers.arc.results import InputResult, ProgramResult
 from verifiers.arc.sandbox import PROJECT_ROOT, SandboxLimits, SandboxWorker
@@ -115,7 +117,11 @@ class ArcExecutor:
         hashes = [code_hash(c) for c in programs]
         unique: dict[str, str] = {}
         for h, c in zip(hashes, programs, strict=True):
-            unique.setdefault(h, c)
+            if h not in unique:
+                # run exactly the text that is hashed: programs that share a hash (they differ
+                # in comments, blank lines, formatting) then share a result by construction,
+                # even one that depends on line numbers (f_lineno, tracebacks)
+                unique[h] = normalize_code(c)
         fp = self.fingerprint(task)
         n_inputs = len(task.inputs)
         done = self._lookup(fp, list(unique), n_inputs)
