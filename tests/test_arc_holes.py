@@ -141,14 +141,14 @@ def test_wall_timeout_within_cpu_budget_is_not_cached(store):
         assert any(_cached(store, ex, spin))
 
 
-def _signal_child_of(zygote: int, sig: int) -> None:
-    """Wait (bounded) for the zygote's one child and signal it."""
+def _signal_child_of(zygote: int, sig: int, besides: int) -> None:
+    """Wait (bounded) for the zygote's one program child (not ``besides``) and signal it."""
     import time
 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         with open(f"/proc/{zygote}/task/{zygote}/children") as f:
-            kids = f.read().split()
+            kids = [k for k in f.read().split() if int(k) != besides]
         if kids:
             os.kill(int(kids[0]), sig)
             return
@@ -163,7 +163,9 @@ def test_death_by_a_signal_from_outside_is_not_cached(store, sig, error_type):
     sleeper = "import time\ndef transform(g):\n    time.sleep(1000)\n"
     with ArcExecutor(cache=store.exec_cache, limits=SandboxLimits(setup_cpu_s=5.0)) as ex:
         ex.ping()  # started, no child yet
-        killer = threading.Thread(target=_signal_child_of, args=(ex.worker_pids[0], sig))
+        [worker] = ex._all
+        killer = threading.Thread(target=_signal_child_of,
+                                  args=(worker.pid, sig, worker.info["scipy_zygote"]))
         killer.start()
         result = ex.execute(TASK, sleeper)
         killer.join()

@@ -47,6 +47,7 @@ ZYGOTE = Path(__file__).with_name("zygote.py")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 EXIT_SETUP_FAILED = 71  # zygote.EXIT_SETUP_FAILED (zygote.py imports nothing of ours)
 START_TIMEOUT_S = 120.0  # importing numpy on a loaded machine can take seconds
+CLOSE_GRACE_S = 5.0  # for a worker to exit on its own when closed, before SIGKILL
 REPLY_GRACE_S = 10.0  # beyond a program's wall allowance before the worker is presumed hung
 # Signals a fenced program can bring on itself: faults, and its own CPU/file-size rlimits.
 # It cannot send any (kill/tgkill are denied, fcntl cannot set signal-driven I/O), so any
@@ -145,9 +146,11 @@ class SandboxWorker:
                         stream.close()
                     except OSError:  # unflushed bytes to a dead worker
                         pass
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)  # kills only the zygote; children die with it
-            proc.wait()
+            try:  # EOF on its stdin: it reaps its children and its scipy zygote, and exits
+                proc.wait(timeout=CLOSE_GRACE_S)
+            except subprocess.TimeoutExpired:  # hung: children die with it (parent-death signal)
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None

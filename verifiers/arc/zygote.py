@@ -25,9 +25,11 @@ length + JSON frames on the fds that were stdin/stdout at start.
 from __future__ import annotations
 
 import builtins
+import ctypes
 import gc
 import importlib
 import json
+import mmap
 import os
 import random
 import select
@@ -95,13 +97,25 @@ def write_frame(fd: int, obj: dict) -> None:
 # never as Python objects, and are zeroed as soon as they are passed on: freed memory is
 # not erased, and every later child is a copy of this process's memory (a program read an
 # earlier program's comment with ctypes.string_at before this).
-_INBUF = bytearray(1 << 20)   # one request frame; a larger one gets a larger buffer
-_OUTBUF = bytearray(0)        # one child's output, up to max_result_bytes + one read
+# Private anonymous mappings, not bytearrays: pages never written are not resident, so
+# they cost a fork nothing, and a wipe (MADV_DONTNEED) zeroes pages by dropping them.
 READ_CHUNK = 65536
 
 
-def _wipe(buf: bytearray, n: int) -> None:
-    buf[:n] = bytes(n)  # in place: same length
+def _buffer(size: int, *, inherit: bool) -> mmap.mmap:
+    buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if not inherit:  # not even mapped in children
+        buf.madvise(mmap.MADV_DONTFORK)
+    return buf
+
+
+def _wipe(buf: mmap.mmap, n: int) -> None:
+    if n > 0:
+        buf.madvise(mmap.MADV_DONTNEED, 0, n)  # private anonymous: reads as zeros after
+
+
+_INBUF = _buffer(1 << 20, inherit=True)  # one request frame (the child reads its code here)
+_OUTBUF = _buffer(READ_CHUNK, inherit=False)  # a child's output, max_result_bytes + a read
 
 
 def read_request(fd: int) -> int | None:
@@ -113,14 +127,15 @@ def read_request(fd: int) -> int | None:
     n = struct.unpack(">I", head)[0]
     if n > len(_INBUF):
         _wipe(_INBUF, len(_INBUF))
-        _INBUF = bytearray(n)
-    view = memoryview(_INBUF)
-    pos = 0
-    while pos < n:
-        k = os.readv(fd, [view[pos:n]])
-        if not k:
-            return None
-        pos += k
+        _INBUF.close()
+        _INBUF = _buffer(n, inherit=True)
+    with memoryview(_INBUF) as view:
+        pos = 0
+        while pos < n:
+            k = os.readv(fd, [view[pos:n]])
+            if not k:
+                return None
+            pos += k
     return n
 
 
@@ -280,7 +295,7 @@ def run_program(code_len: int, inputs: list, budgets: list[float], limits: dict
         allow.append(allow[-1] + b)
     _reap(block=False)
     r, w = os.pipe()
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:
         os.close(r)
         _child(code_len, inputs, w, _DEVNULL, limits)
@@ -315,7 +330,7 @@ def run_program(code_len: int, inputs: list, budgets: list[float], limits: dict
                 if not k:
                     reading = False
                     poller.unregister(r)
-                lines += _OUTBUF.count(b"\n", size, size + k)
+                lines += _count_lines(size, size + k, len(budgets) - lines)
                 size += k
         if size > cap:
             term = "overflow"
@@ -350,6 +365,28 @@ def run_program(code_len: int, inputs: list, budgets: list[float], limits: dict
     }, size
 
 
+def _fork() -> int:
+    """fork(2) without CPython's after-fork work in the child (thread-state and lock
+    re-initialisation, at-fork hooks: 0.7 ms and ~180 page copies per child), which this
+    single-threaded process does not need: the child only fences itself and runs one
+    program. ctypes drops the GIL around the call, so the child finds it free."""
+    pid = _LIBC.fork()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "fork failed")
+    return pid
+
+
+def _count_lines(start: int, end: int, most: int) -> int:
+    """Newlines in _OUTBUF[start:end], counting at most ``most`` (no copy of the data)."""
+    n = 0
+    while n < most:
+        start = _OUTBUF.find(b"\n", start, end) + 1
+        if not start:
+            break
+        n += 1
+    return n
+
+
 def _rss_kb() -> int:
     with open("/proc/self/statm", "rb") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
@@ -375,20 +412,127 @@ def _preload(names: list[str]) -> dict[str, str]:
     return errors
 
 
+class _Sub:
+    """The scipy zygote: forked from this one before any program, it also holds scipy.ndimage
+    (27 MB more warm heap, which every fork and exit would pay for), and runs the programs
+    that mention scipy; this process relays their requests and replies."""
+
+    def __init__(self) -> None:
+        req_r, self.req_w = os.pipe()
+        self.rep_r, rep_w = os.pipe()
+        self.task_sent = False
+        self.pid = os.fork()  # once, and it lives on: CPython's after-fork work is wanted
+        if self.pid == 0:
+            try:
+                for fd in (_PROTO_IN, _PROTO_OUT, self.req_w, self.rep_r):
+                    os.close(fd)
+                fence.die_with_parent()
+                _preload(list(SCIPY_PRELOAD))
+                gc.collect()
+                gc.freeze()
+                serve(req_r, rep_w, None)
+            finally:
+                os._exit(0)
+        os.close(req_r)
+        os.close(rep_w)
+
+    def ask(self, obj: dict) -> dict:
+        write_frame(self.req_w, obj)
+        return self._reply()
+
+    def run(self, n: int, task: dict) -> tuple[dict, int]:
+        """Relay the program in _INBUF[:n]; its output lands in _OUTBUF."""
+        if not self.task_sent:
+            self.ask(task)
+            self.task_sent = True
+        with memoryview(_INBUF) as view:
+            _write_all(self.req_w, memoryview(struct.pack(">I", n)))
+            _write_all(self.req_w, view[:n])
+        _wipe(_INBUF, n)
+        reply = self._reply()
+        size = reply["out_len"]
+        with memoryview(_OUTBUF) as view:
+            pos = 0
+            while pos < size:
+                k = os.readv(self.rep_r, [view[pos:size]])
+                if not k:
+                    raise EOFError("the scipy zygote exited")
+                pos += k
+        return reply, size
+
+    def _reply(self) -> dict:
+        reply = read_frame(self.rep_r)
+        if reply is None:
+            raise EOFError("the scipy zygote exited")
+        return reply
+
+    def close(self) -> None:
+        os.close(self.req_w)
+        os.waitpid(self.pid, 0)
+        os.close(self.rep_r)
+
+
+def serve(proto_in: int, proto_out: int, sub: _Sub | None) -> None:
+    """Answer requests until EOF: task (inputs and limits), a program (b"R" + source), ping."""
+    global _OUTBUF
+    inputs: list = []
+    budgets: list[float] = []
+    limits: dict = {}
+    task: dict = {}
+    while True:
+        n = read_request(proto_in)
+        if n is None:
+            _reap(block=True)
+            if sub is not None:
+                sub.close()
+            return
+        if n and _INBUF[0] == ord("R"):  # a program: b"R" + its UTF-8 source
+            if sub is not None and _INBUF.find(b"scipy", 1, n) >= 0:
+                reply, size = sub.run(n, task)
+            else:
+                reply, size = run_program(n, inputs, budgets, limits)
+            write_frame(proto_out, reply)
+            with memoryview(_OUTBUF) as view:
+                _write_all(proto_out, view[:reply["out_len"]])
+            _wipe(_OUTBUF, size)
+            continue
+        req = json.loads(bytes(_INBUF[:n]))
+        if req["op"] == "task":
+            task = req
+            inputs = [[[int(c) for c in row] for row in g] for g in req["inputs"]]
+            budgets = [float(b) for b in req["budgets"]]
+            # the warm heap's size, measured here once per task rather than in each child
+            limits = dict(req["limits"], vm_base_bytes=_vm_bytes())
+            if len(_OUTBUF) != limits["max_result_bytes"] + READ_CHUNK:
+                _OUTBUF.close()
+                _OUTBUF = _buffer(limits["max_result_bytes"] + READ_CHUNK, inherit=False)
+            if sub is not None:
+                sub.task_sent = False
+            write_frame(proto_out, {"ok": True})
+        elif req["op"] == "ping":  # health and leak check: our own fds and memory
+            _reap(block=True)
+            reply = {"ok": True, "fds": len(os.listdir("/proc/self/fd")), "rss_kb": _rss_kb()}
+            if sub is not None:
+                reply["scipy_zygote"] = dict(sub.ask(req), pid=sub.pid)
+            write_frame(proto_out, reply)
+        else:
+            write_frame(proto_out, {"error": f"unknown op {req['op']!r}"})
+
+
 def main() -> None:
-    proto_in, proto_out = os.dup(0), os.dup(1)
     global _DEVNULL, _SECCOMP, _ALLOWED_EXACT, _ALLOWED_PREFIXES, _EMPTY_ROOT, _UID
+    global _PROTO_IN, _PROTO_OUT
+    _PROTO_IN, _PROTO_OUT = os.dup(0), os.dup(1)
     _DEVNULL = os.open(os.devnull, os.O_RDWR)
     os.dup2(_DEVNULL, 0)
     os.dup2(_DEVNULL, 1)  # a stray print() in an imported module must not corrupt frames
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started us exits, and the
     # verifier starts workers from short-lived threads. EOF on stdin ends us instead.
-    config = read_frame(proto_in)
+    config = read_frame(_PROTO_IN)
     if config is None:
         return
     allowed = list(config.get("allowed_modules", []))
-    errors = _preload(list(STDLIB_ALLOWED) + list(NUMPY_PRELOAD) + list(SCIPY_PRELOAD)
-                      + allowed)
+    errors = _preload(list(STDLIB_ALLOWED) + list(NUMPY_PRELOAD) + allowed)
     sys.path[:] = [p for p in sys.path if p != os.path.dirname(os.path.abspath(__file__))]
     _ALLOWED_EXACT = frozenset(STDLIB_ALLOWED) | frozenset(allowed)
     _ALLOWED_PREFIXES = tuple(n for n in STDLIB_ALLOWED + tuple(allowed) if n != "sys")
@@ -399,41 +543,15 @@ def main() -> None:
     netns = fence.unshare_network() if os.geteuid() == 0 else False
     gc.collect()
     gc.freeze()  # children then leave the warm heap's pages shared (no gc writes to them)
-    write_frame(proto_out, {"ready": True, "pid": os.getpid(), "errors": errors,
-                            "netns": netns, "root": os.geteuid() == 0, "uid": _UID})
-    inputs: list = []
-    budgets: list[float] = []
-    limits: dict = {}
-    global _OUTBUF
-    while True:
-        n = read_request(proto_in)
-        if n is None:
-            _reap(block=True)
-            return
-        if n and _INBUF[0] == ord("R"):  # a program: b"R" + its UTF-8 source
-            reply, size = run_program(n, inputs, budgets, limits)
-            write_frame(proto_out, reply)
-            _write_all(proto_out, memoryview(_OUTBUF)[:reply["out_len"]])
-            _wipe(_OUTBUF, size)
-            continue
-        req = json.loads(bytes(_INBUF[:n]))
-        if req["op"] == "task":
-            inputs = [[[int(c) for c in row] for row in g] for g in req["inputs"]]
-            budgets = [float(b) for b in req["budgets"]]
-            # the warm heap's size, measured here once per task rather than in each child
-            limits = dict(req["limits"], vm_base_bytes=_vm_bytes())
-            if len(_OUTBUF) != limits["max_result_bytes"] + READ_CHUNK:
-                _OUTBUF = bytearray(limits["max_result_bytes"] + READ_CHUNK)
-            write_frame(proto_out, {"ok": True})
-        elif req["op"] == "ping":  # health and leak check: our own fds and memory
-            _reap(block=True)
-            write_frame(proto_out, {"ok": True, "fds": len(os.listdir("/proc/self/fd")),
-                                    "rss_kb": _rss_kb()})
-        else:
-            write_frame(proto_out, {"error": f"unknown op {req['op']!r}"})
+    sub = _Sub()  # imports scipy while we answer
+    write_frame(_PROTO_OUT, {"ready": True, "pid": os.getpid(), "errors": errors,
+                             "netns": netns, "root": os.geteuid() == 0, "uid": _UID,
+                             "scipy_zygote": sub.pid})
+    serve(_PROTO_IN, _PROTO_OUT, sub)
 
 
 _DEVNULL = -1
+_PROTO_IN = _PROTO_OUT = -1
 _UNREAPED: list[tuple[int, int]] = []
 _SECCOMP: fence.SeccompFilter
 _EMPTY_ROOT = ""
@@ -441,6 +559,7 @@ _UID = -1
 _ALLOWED_EXACT: frozenset[str] = frozenset()
 _ALLOWED_PREFIXES: tuple[str, ...] = ()
 _real_import = builtins.__import__
+_LIBC = ctypes.CDLL(None, use_errno=True)
 _dumps = json.dumps
 
 if __name__ == "__main__":
