@@ -39,9 +39,10 @@ def _fcntl_attack(victim: int) -> str:
     # pipe: the kernel sends SIGKILL to the owner when the worker reads the pipe.
     return CTYPES + (
         "def transform(g):\n"
-        "    rc = [libc.fcntl(3, 10, 9), libc.fcntl(3, 8, %d), libc.fcntl(3, 4, 0o20000 | 0o4000)]\n"
+        f"    rc = [libc.fcntl(3, 10, 9), libc.fcntl(3, 8, {victim}),"
+        " libc.fcntl(3, 4, 0o20000 | 0o4000)]\n"
         "    sys.modules['os'].write(3, b' ')\n"  # a byte without newline: the worker reads it
-        "    return [[min(9, abs(x)) for x in rc]]\n" % victim)
+        "    return [[min(9, abs(x)) for x in rc]]\n")
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +89,9 @@ def _check_stat_blocked(executor: ArcExecutor, secret: Path) -> None:
     program = CTYPES + (
         "def transform(g):\n"
         "    buf = ctypes.create_string_buffer(256)\n"
-        "    rc = libc.syscall(262, -100, %r, buf, 0x1000)\n"  # x86_64 newfstatat
+        f"    rc = libc.syscall(262, -100, {str(secret).encode()!r}, buf, 0x1000)\n"  # newfstatat
         "    size = int.from_bytes(buf.raw[48:56], 'little')\n"
-        "    return [[1 if rc == 0 else 0, min(size, 9)]]\n" % str(secret).encode())
+        "    return [[1 if rc == 0 else 0, min(size, 9)]]\n")
     results = executor.execute_many(TASK, [program, FLIP])
     assert results[0].test[0].status == "ok", results[0]
     assert results[0].test[0].output == ((0, 0),)

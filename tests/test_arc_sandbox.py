@@ -248,8 +248,8 @@ def _hostile_run(n: int) -> None:
         assert _children_of(subs) == []
         assert len(os.listdir("/proc/self/fd")) == before_fds
         assert _rss_kb() - before_rss < 50_000
-        for b, a in zip(before_workers, after_workers, strict=True):
-            for b, a in ((b, a), (b["scipy_zygote"], a["scipy_zygote"])):
+        for bw, aw in zip(before_workers, after_workers, strict=True):
+            for b, a in ((bw, aw), (bw["scipy_zygote"], aw["scipy_zygote"])):
                 assert a["fds"] == b["fds"]
                 assert a["rss_kb"] - b["rss_kb"] < 5_000
     gone = pids + subs

@@ -29,7 +29,6 @@ import ctypes
 import gc
 import importlib
 import json
-import mmap
 import os
 import random
 import select
@@ -38,7 +37,9 @@ import struct
 import sys
 import time
 
-import fence  # sibling module: this file runs as a script, its directory is sys.path[0]
+import fence  # sibling modules: this file runs as a script, its directory is sys.path[0]
+import wire
+from encode import ForbiddenImport, encode_output, failure
 
 # Computation-only standard library modules a program may import (all preloaded, because
 # the child cannot open files). sys is here because flood-fill code raises the recursion
@@ -64,154 +65,7 @@ MAX_FDS = 8
 EXIT_SETUP_FAILED = 71
 
 
-class ForbiddenImport(ImportError):
-    pass
-
-
-def read_frame(fd: int) -> dict | None:
-    head = _read_exact(fd, 4)
-    if head is None:
-        return None
-    body = _read_exact(fd, struct.unpack(">I", head)[0])
-    return None if body is None else json.loads(body)
-
-
-def _read_exact(fd: int, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
-
-
-def write_frame(fd: int, obj: dict) -> None:
-    body = json.dumps(obj, separators=(",", ":")).encode()
-    data = struct.pack(">I", len(body)) + body
-    while data:
-        data = data[os.write(fd, data):]
-
-
-# Program code and program output pass through this process only in these two buffers,
-# never as Python objects, and are zeroed as soon as they are passed on: freed memory is
-# not erased, and every later child is a copy of this process's memory (a program read an
-# earlier program's comment with ctypes.string_at before this).
-# Private anonymous mappings, not bytearrays: pages never written are not resident, so
-# they cost a fork nothing, and a wipe (MADV_DONTNEED) zeroes pages by dropping them.
-READ_CHUNK = 65536
-
-
-def _buffer(size: int, *, inherit: bool) -> mmap.mmap:
-    buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if not inherit:  # not even mapped in children
-        buf.madvise(mmap.MADV_DONTFORK)
-    return buf
-
-
-def _wipe(buf: mmap.mmap, n: int) -> None:
-    if n > 0:
-        buf.madvise(mmap.MADV_DONTNEED, 0, n)  # private anonymous: reads as zeros after
-
-
-_INBUF = _buffer(1 << 20, inherit=True)  # one request frame (the child reads its code here)
-_OUTBUF = _buffer(READ_CHUNK, inherit=False)  # a child's output, max_result_bytes + a read
-
-
-def read_request(fd: int) -> int | None:
-    """Read one frame into _INBUF; returns its length, None at EOF."""
-    global _INBUF
-    head = _read_exact(fd, 4)
-    if head is None:
-        return None
-    n = struct.unpack(">I", head)[0]
-    if n > len(_INBUF):
-        _wipe(_INBUF, len(_INBUF))
-        _INBUF.close()
-        _INBUF = _buffer(n, inherit=True)
-    with memoryview(_INBUF) as view:
-        pos = 0
-        while pos < n:
-            k = os.readv(fd, [view[pos:n]])
-            if not k:
-                return None
-            pos += k
-    return n
-
-
-def _write_all(fd: int, data: memoryview) -> None:
-    while data:
-        data = data[os.write(fd, data):]
-
-
 # ---------------------------------------------------------------- the child (program side)
-
-def _encode_cell(v: object) -> int:
-    t = type(v)
-    if t is int or isinstance(v, _np.integer):
-        return int(v)
-    if (t is float or isinstance(v, _np.floating)) and float(v).is_integer():
-        return int(v)  # np.zeros() habit: integral floats are accepted as ints
-    raise TypeError(f"cell of type {t.__name__}")
-
-
-def _encode_output(out: object) -> str:
-    """A transform() result -> JSON line. Runs in the child, on a hostile object."""
-    if type(out) is _np.ndarray:
-        if out.ndim != 2 or out.dtype.kind not in "iuf":
-            return _line("invalid_output", "InvalidOutput",
-                         f"array of ndim {out.ndim} and dtype {out.dtype}, expected 2-D ints")
-        rows = out.tolist()
-    elif type(out) is list or type(out) is tuple:
-        rows = out
-    else:
-        return _line("invalid_output", "InvalidOutput",
-                     f"returned {type(out).__name__}, expected a list of lists or a 2-D array")
-    if not 1 <= len(rows) <= 30:
-        return _line("invalid_output", "InvalidOutput", f"{len(rows)} rows, ARC allows 1..30")
-    text = []
-    width = -1
-    for row in rows:
-        if type(row) is _np.ndarray:
-            row = row.tolist()
-        if type(row) is not list and type(row) is not tuple:
-            return _line("invalid_output", "InvalidOutput", f"row of type {type(row).__name__}")
-        if width < 0:
-            width = len(row)
-        if len(row) != width or not 1 <= width <= 30:
-            return _line("invalid_output", "InvalidOutput",
-                         f"ragged or out-of-range width {len(row)} (ARC allows 1..30, rectangular)")
-        try:
-            cells = [_encode_cell(v) for v in row]
-        except TypeError as e:
-            return _line("invalid_output", "InvalidOutput", str(e))
-        if min(cells) < 0 or max(cells) > 9:
-            return _line("invalid_output", "InvalidOutput", "cell outside 0..9")
-        text.append("".join([_DIGIT[c] for c in cells]))
-    return _dumps(["ok", text]) + "\n"
-
-
-_DIGIT = "0123456789"
-
-
-def _line(status: str, etype: str, message: str) -> str:
-    return _dumps([status, etype, message[:200]]) + "\n"
-
-
-def _failure(e: BaseException) -> str:
-    try:
-        etype = type(e).__name__
-        message = str(e)
-    except BaseException:  # a hostile __str__; the type name is our own lookup
-        etype, message = "Exception", "(unprintable)"
-    etype = etype if type(etype) is str else "Exception"
-    message = message if type(message) is str else ""
-    if isinstance(e, MemoryError):
-        return _line("memory", etype, message or "out of memory")
-    if isinstance(e, ForbiddenImport | PermissionError):
-        return _line("forbidden", etype, message)
-    return _line("error", etype, message)
-
 
 def _guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
     if level != 0 or not _import_allowed(name):
@@ -246,7 +100,7 @@ def _child_setup(result_w: int, devnull: int, limits: dict) -> None:
 def _child(code_len: int, inputs: list, result_w: int, devnull: int, limits: dict) -> None:
     """Never returns. Every failure becomes a line or an exit code, never an exception."""
     try:
-        code = bytes(_INBUF[1:code_len]).decode("utf-8", "surrogatepass")  # 'R' + code
+        code = bytes(wire.INBUF[1:code_len]).decode("utf-8", "surrogatepass")  # 'R' + code
         _child_setup(result_w, devnull, limits)
     except BaseException:
         os._exit(EXIT_SETUP_FAILED)
@@ -258,15 +112,15 @@ def _child(code_len: int, inputs: list, result_w: int, devnull: int, limits: dic
         if not callable(transform):
             raise NameError("the program defines no callable transform(grid)")
     except BaseException as e:
-        line = _failure(e).encode()
+        line = failure(e).encode()
         for _ in inputs:
             write(RESULT_FD, line)
         os._exit(0)
     for grid in inputs:
         try:
-            line = _encode_output(transform([list(row) for row in grid]))
+            line = encode_output(transform([list(row) for row in grid]))
         except BaseException as e:
-            line = _failure(e)
+            line = failure(e)
         write(RESULT_FD, line.encode())
     os._exit(0)
 
@@ -287,8 +141,8 @@ def _cpu_seconds(pid: int, last: float) -> float:
 
 def run_program(code_len: int, inputs: list, budgets: list[float], limits: dict
                 ) -> tuple[dict, int]:
-    """Fork a child for the code in _INBUF, enforce the budgets; returns its fate and the
-    length of its output, which is in _OUTBUF (the caller sends it on and wipes it)."""
+    """Fork a child for the code in wire.INBUF, enforce the budgets; returns its fate and the
+    length of its output, which is in wire.OUTBUF (the caller sends it on and wipes it)."""
     # cumulative CPU allowance once k inputs are done: setup + budgets[0..k]
     allow = [limits["setup_cpu_s"]]
     for b in budgets:
@@ -299,14 +153,14 @@ def run_program(code_len: int, inputs: list, budgets: list[float], limits: dict
     if pid == 0:
         os.close(r)
         _child(code_len, inputs, w, _DEVNULL, limits)
-    _wipe(_INBUF, code_len)
+    wire.wipe(wire.INBUF, code_len)
     os.close(w)
     pidfd = os.pidfd_open(pid)
     poller = select.poll()
     poller.register(r, select.POLLIN)
     poller.register(pidfd, select.POLLIN)
     start = time.monotonic()
-    out = memoryview(_OUTBUF)
+    out = memoryview(wire.OUTBUF)
     size = 0
     lines, cpu, term, reading, timeout_kind = 0, 0.0, "exit", True, None
     cap = limits["max_result_bytes"]
@@ -326,7 +180,7 @@ def run_program(code_len: int, inputs: list, budgets: list[float], limits: dict
             if fd == pidfd:
                 exited = True
             elif reading:
-                k = os.readv(r, [out[size:size + READ_CHUNK]])
+                k = os.readv(r, [out[size:size + wire.READ_CHUNK]])
                 if not k:
                     reading = False
                     poller.unregister(r)
@@ -340,7 +194,7 @@ def run_program(code_len: int, inputs: list, budgets: list[float], limits: dict
             break
         if exited:
             while reading and size <= cap:  # the only writer is gone: read to EOF
-                k = os.readv(r, [out[size:size + READ_CHUNK]])
+                k = os.readv(r, [out[size:size + wire.READ_CHUNK]])
                 reading = k > 0
                 size += k
             if size > cap:
@@ -377,10 +231,10 @@ def _fork() -> int:
 
 
 def _count_lines(start: int, end: int, most: int) -> int:
-    """Newlines in _OUTBUF[start:end], counting at most ``most`` (no copy of the data)."""
+    """Newlines in wire.OUTBUF[start:end], counting at most ``most`` (no copy of the data)."""
     n = 0
     while n < most:
-        start = _OUTBUF.find(b"\n", start, end) + 1
+        start = wire.OUTBUF.find(b"\n", start, end) + 1
         if not start:
             break
         n += 1
@@ -437,21 +291,21 @@ class _Sub:
         os.close(rep_w)
 
     def ask(self, obj: dict) -> dict:
-        write_frame(self.req_w, obj)
+        wire.write_frame(self.req_w, obj)
         return self._reply()
 
     def run(self, n: int, task: dict) -> tuple[dict, int]:
-        """Relay the program in _INBUF[:n]; its output lands in _OUTBUF."""
+        """Relay the program in wire.INBUF[:n]; its output lands in wire.OUTBUF."""
         if not self.task_sent:
             self.ask(task)
             self.task_sent = True
-        with memoryview(_INBUF) as view:
-            _write_all(self.req_w, memoryview(struct.pack(">I", n)))
-            _write_all(self.req_w, view[:n])
-        _wipe(_INBUF, n)
+        with memoryview(wire.INBUF) as view:
+            wire.write_all(self.req_w, memoryview(struct.pack(">I", n)))
+            wire.write_all(self.req_w, view[:n])
+        wire.wipe(wire.INBUF, n)
         reply = self._reply()
         size = reply["out_len"]
-        with memoryview(_OUTBUF) as view:
+        with memoryview(wire.OUTBUF) as view:
             pos = 0
             while pos < size:
                 k = os.readv(self.rep_r, [view[pos:size]])
@@ -461,7 +315,7 @@ class _Sub:
         return reply, size
 
     def _reply(self) -> dict:
-        reply = read_frame(self.rep_r)
+        reply = wire.read_frame(self.rep_r)
         if reply is None:
             raise EOFError("the scipy zygote exited")
         return reply
@@ -474,49 +328,48 @@ class _Sub:
 
 def serve(proto_in: int, proto_out: int, sub: _Sub | None) -> None:
     """Answer requests until EOF: task (inputs and limits), a program (b"R" + source), ping."""
-    global _OUTBUF
     inputs: list = []
     budgets: list[float] = []
     limits: dict = {}
     task: dict = {}
     while True:
-        n = read_request(proto_in)
+        n = wire.read_request(proto_in)
         if n is None:
             _reap(block=True)
             if sub is not None:
                 sub.close()
             return
-        if n and _INBUF[0] == ord("R"):  # a program: b"R" + its UTF-8 source
-            if sub is not None and _INBUF.find(b"scipy", 1, n) >= 0:
+        if n and wire.INBUF[0] == ord("R"):  # a program: b"R" + its UTF-8 source
+            if sub is not None and wire.INBUF.find(b"scipy", 1, n) >= 0:
                 reply, size = sub.run(n, task)
             else:
                 reply, size = run_program(n, inputs, budgets, limits)
-            write_frame(proto_out, reply)
-            with memoryview(_OUTBUF) as view:
-                _write_all(proto_out, view[:reply["out_len"]])
-            _wipe(_OUTBUF, size)
+            wire.write_frame(proto_out, reply)
+            with memoryview(wire.OUTBUF) as view:
+                wire.write_all(proto_out, view[:reply["out_len"]])
+            wire.wipe(wire.OUTBUF, size)
             continue
-        req = json.loads(bytes(_INBUF[:n]))
+        req = json.loads(bytes(wire.INBUF[:n]))
         if req["op"] == "task":
             task = req
             inputs = [[[int(c) for c in row] for row in g] for g in req["inputs"]]
             budgets = [float(b) for b in req["budgets"]]
             # the warm heap's size, measured here once per task rather than in each child
             limits = dict(req["limits"], vm_base_bytes=_vm_bytes())
-            if len(_OUTBUF) != limits["max_result_bytes"] + READ_CHUNK:
-                _OUTBUF.close()
-                _OUTBUF = _buffer(limits["max_result_bytes"] + READ_CHUNK, inherit=False)
+            if len(wire.OUTBUF) != limits["max_result_bytes"] + wire.READ_CHUNK:
+                wire.OUTBUF.close()
+                wire.OUTBUF = wire.buffer(limits["max_result_bytes"] + wire.READ_CHUNK, inherit=False)
             if sub is not None:
                 sub.task_sent = False
-            write_frame(proto_out, {"ok": True})
+            wire.write_frame(proto_out, {"ok": True})
         elif req["op"] == "ping":  # health and leak check: our own fds and memory
             _reap(block=True)
             reply = {"ok": True, "fds": len(os.listdir("/proc/self/fd")), "rss_kb": _rss_kb()}
             if sub is not None:
                 reply["scipy_zygote"] = dict(sub.ask(req), pid=sub.pid)
-            write_frame(proto_out, reply)
+            wire.write_frame(proto_out, reply)
         else:
-            write_frame(proto_out, {"error": f"unknown op {req['op']!r}"})
+            wire.write_frame(proto_out, {"error": f"unknown op {req['op']!r}"})
 
 
 def main() -> None:
@@ -528,7 +381,7 @@ def main() -> None:
     os.dup2(_DEVNULL, 1)  # a stray print() in an imported module must not corrupt frames
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started us exits, and the
     # verifier starts workers from short-lived threads. EOF on stdin ends us instead.
-    config = read_frame(_PROTO_IN)
+    config = wire.read_frame(_PROTO_IN)
     if config is None:
         return
     allowed = list(config.get("allowed_modules", []))
@@ -544,7 +397,7 @@ def main() -> None:
     gc.collect()
     gc.freeze()  # children then leave the warm heap's pages shared (no gc writes to them)
     sub = _Sub()  # imports scipy while we answer
-    write_frame(_PROTO_OUT, {"ready": True, "pid": os.getpid(), "errors": errors,
+    wire.write_frame(_PROTO_OUT, {"ready": True, "pid": os.getpid(), "errors": errors,
                              "netns": netns, "root": os.geteuid() == 0, "uid": _UID,
                              "scipy_zygote": sub.pid})
     serve(_PROTO_IN, _PROTO_OUT, sub)
@@ -560,9 +413,6 @@ _ALLOWED_EXACT: frozenset[str] = frozenset()
 _ALLOWED_PREFIXES: tuple[str, ...] = ()
 _real_import = builtins.__import__
 _LIBC = ctypes.CDLL(None, use_errno=True)
-_dumps = json.dumps
 
 if __name__ == "__main__":
-    import numpy as _np
-
     main()
