@@ -153,3 +153,11 @@ def test_allowed_modules_can_be_imported(tmp_path, tasks):
 def test_unknown_allowed_module_is_a_clear_error():
     with pytest.raises(ValueError, match="allowed_modules: 'no_such_dsl' not found"):
         ArcExecutor(allowed_modules=["no_such_dsl"])
+
+
+@pytest.mark.parametrize("code", ["def transform(g):\n    return g  # c\n\n", "not python (", ""])
+def test_executor_hash_is_the_store_code_hash(code):
+    # the executor hashes the normalized text it runs; it must be the archive's code_hash
+    from store import code_hash, content_hash, normalize_code
+
+    assert content_hash(normalize_code(code)) == code_hash(code)

@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from store import ExecutionCache, code_hash, content_hash, normalize_code
+from store import ExecutionCache, content_hash, normalize_code
 from verifiers.arc.grids import ArcTask, encode_rows
 from verifiers.arc.results import InputResult, ProgramResult
 from verifiers.arc.sandbox import PROJECT_ROOT, SandboxLimits, SandboxWorker
@@ -114,14 +114,15 @@ class ArcExecutor:
         if isinstance(programs, str):
             raise TypeError("programs: expected a sequence of source strings, got one string; "
                             "use execute(task, code) for a single program")
-        hashes = [code_hash(c) for c in programs]
+        # Run exactly the text that is hashed: programs that share a hash (they differ in
+        # comments, blank lines, formatting) then share a result by construction, even one
+        # that depends on line numbers (f_lineno, tracebacks). code_hash(c) is
+        # content_hash(normalize_code(c)) (a test holds it), so each program is parsed once.
+        normalized = [normalize_code(c) for c in programs]
+        hashes = [content_hash(n) for n in normalized]
         unique: dict[str, str] = {}
-        for h, c in zip(hashes, programs, strict=True):
-            if h not in unique:
-                # run exactly the text that is hashed: programs that share a hash (they differ
-                # in comments, blank lines, formatting) then share a result by construction,
-                # even one that depends on line numbers (f_lineno, tracebacks)
-                unique[h] = normalize_code(c)
+        for h, n in zip(hashes, normalized, strict=True):
+            unique.setdefault(h, n)
         fp = self.fingerprint(task)
         n_inputs = len(task.inputs)
         done = self._lookup(fp, list(unique), n_inputs)
