@@ -232,3 +232,16 @@ def test_programs_that_share_a_hash_share_their_result_whichever_runs_first():
         only_b = ex.execute(TASK, b)
     assert only_a.train[0].status == "ok"
     assert only_a.train[0].output == only_b.train[0].output
+
+
+def test_programs_live_in_a_pid_namespace_of_their_own(executor):
+    # getppid() is 0 when the parent is outside the caller's PID namespace (the worker), and
+    # 1 for programs of the scipy zygote, the namespace's init; the host's pids mean nothing.
+    who = ("import sys\nos = sys.modules['os']\n{extra}"
+           "def transform(g):\n    return [[min(os.getppid(), 9)]]\n")
+    plain, scipy = who.format(extra=""), who.format(extra="import scipy.ndimage\n")
+    results = executor.execute_many(TASK, [plain, scipy])
+    if not ROOT:
+        pytest.skip("PID namespaces need root")
+    assert results[0].train[0].output == ((0,),)
+    assert results[1].train[0].output == ((1,),)

@@ -22,8 +22,9 @@ object in its own interpreter (``sys.modules['os']``, ctypes, ``__subclasses__``
 - when running as root: drop to a uid/gid of the worker's own (``worker_uid``: a high uid
   no account uses, different for every live worker on the machine) with no groups, so the
   process owns nothing, cannot raise a hard limit and cannot touch root's processes or
-  another worker's programs even if a fence had a hole; and the worker process lives in
-  its own network namespace (down loopback).
+  another worker's programs even if a fence had a hole; the worker process lives in its
+  own network namespace (down loopback), and its programs in a PID namespace of their own
+  (they see no process outside it: a pid they are given or guess names nothing there).
 
 libseccomp is used through ctypes (Debian's libseccomp2, present wherever Ray runs) with
 its non-variadic ``seccomp_rule_add_array`` so no C varargs cross ctypes; it resolves
@@ -41,6 +42,7 @@ import resource
 UID_BASE = 0x70000000  # worker uids: UID_BASE + the worker's pid (pid_max <= 2**22)
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
@@ -185,6 +187,13 @@ def unshare_network() -> bool:
     socket denial as the only network fence.
     """
     return _libc().unshare(CLONE_NEWNET) == 0
+
+
+def unshare_pids() -> bool:
+    """Put this process's future children in a new PID namespace (root only; returns
+    whether it happened). The first child becomes its init and must outlive the others:
+    once it exits, no more processes can be created in the namespace."""
+    return _libc().unshare(CLONE_NEWPID) == 0
 
 
 def die_with_parent() -> None:

@@ -396,10 +396,13 @@ def main() -> None:
     netns = fence.unshare_network() if os.geteuid() == 0 else False
     gc.collect()
     gc.freeze()  # children then leave the warm heap's pages shared (no gc writes to them)
+    # Programs live in a PID namespace of this worker's (root only); its init is the scipy
+    # zygote, forked first, which lives as long as we do.
+    pidns = fence.unshare_pids() if os.geteuid() == 0 else False
     sub = _Sub()  # imports scipy while we answer
     wire.write_frame(_PROTO_OUT, {"ready": True, "pid": os.getpid(), "errors": errors,
                              "netns": netns, "root": os.geteuid() == 0, "uid": _UID,
-                             "scipy_zygote": sub.pid})
+                             "scipy_zygote": sub.pid, "pidns": pidns})
     serve(_PROTO_IN, _PROTO_OUT, sub)
 
 
