@@ -9,7 +9,7 @@ allowed modules once, then for every program:
 
     fork -> child: stdio to /dev/null, result pipe on fd 3, all other fds closed, rlimits,
             chroot into an empty dir, drop to the worker's own uid (if root), import guard,
-            seccomp (see fence.py), seeded RNGs,
+            seccomp (see fence.py), seeded RNG,
             exec the code, call transform() on a fresh copy of each input, write one line
             per input to fd 3, _exit
          -> here: watch the child's CPU clock and wall clock against a cumulative per-input
@@ -17,9 +17,12 @@ allowed modules once, then for every program:
 
 Because every program gets its own copy-on-write child of a process that never runs
 program code, nothing a program does (monkeypatching numpy or builtins, leaking memory,
-closing fds) can reach a later program. The child's lines are untrusted: the parent
-decodes them strictly (sandbox.decode_run). Protocol with the parent: 4-byte big-endian
-length + JSON frames on the fds that were stdin/stdout at start.
+closing fds) can reach a later program; and because code and outputs pass through this
+process only in buffers wiped after use (wire.py), no child finds an earlier program's
+code or results in the memory it inherits. Programs that name scipy run in a second
+zygote (``_Sub``), forked from this one before any program, that also holds scipy.ndimage.
+The child's lines are untrusted: the parent decodes them strictly (sandbox.decode_run).
+Protocol with the parent: wire.py, on the fds that were stdin/stdout at start.
 """
 
 from __future__ import annotations
@@ -92,7 +95,7 @@ def _child_setup(result_w: int, devnull: int, limits: dict) -> None:
     fence.enter_empty_root(_EMPTY_ROOT)
     fence.drop_privileges(_UID)
     fence.die_with_parent()  # after the uid change, which clears the parent-death signal
-    random.seed(0)  # os.fork reseeded it from urandom; programs must be repeatable
+    random.seed(0)  # the same state for every program, whatever ran here before
     builtins.__import__ = _guarded_import
     _SECCOMP.load()
 
