@@ -1,6 +1,6 @@
 """ARC verifier throughput: the sandbox vs a fork-per-program harness vs bare exec.
 
-    python -m benchmarks.bench_arc            # a few minutes on 2 busy cores
+    python -m benchmarks.bench_arc            # about a minute on 2 busy cores
     python -m benchmarks.bench_arc --quick    # a quarter of the corpus, one round
 
 One fixed corpus over real ARC-AGI-1 training tasks, as models write programs: light ones
