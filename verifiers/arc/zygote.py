@@ -283,6 +283,7 @@ class _Sub:
             try:
                 for fd in (_PROTO_IN, _PROTO_OUT, self.req_w, self.rep_r):
                     os.close(fd)
+                wire.OUTBUF = wire.buffer(wire.READ_CHUNK, inherit=False)  # ours: not inherited
                 fence.die_with_parent()
                 _preload(list(SCIPY_PRELOAD))
                 gc.collect()
