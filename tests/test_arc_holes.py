@@ -245,3 +245,50 @@ def test_programs_live_in_a_pid_namespace_of_their_own(executor):
         pytest.skip("PID namespaces need root")
     assert results[0].train[0].output == ((0,),)
     assert results[1].train[0].output == ((1,),)
+
+
+# A program that searches the memory it inherited from the worker for a string, page by
+# page (rt_sigprocmask with an invalid 'how' is the probe: EFAULT unless the page is
+# readable). It holds the string shifted by one byte, so it never finds its own copy.
+READER = CTYPES + """gc = sys.modules['gc']
+libc.syscall.restype = ctypes.c_long
+NEEDLE = {shifted!r}
+SHIFT = bytes((i + 1) % 256 for i in range(256))
+def readable(addr):
+    ctypes.set_errno(0)
+    libc.syscall(14, 99, ctypes.c_void_p(addr), None, 8)
+    return ctypes.get_errno() != 14
+def transform(g):
+    regions = sorted({{id(o) >> 20 for o in gc.get_objects()}})
+    spans, lo, hi = [], regions[0], regions[0]
+    for r in regions[1:]:
+        if r - hi > 64:
+            spans.append((lo, hi))
+            lo = r
+        hi = r
+    spans.append((lo, hi))
+    for lo, hi in spans:
+        for page in range((lo - 1) << 8, (hi + 2) << 8):
+            addr = page << 12
+            if readable(addr) and readable(addr + 4088):
+                if NEEDLE in ctypes.string_at(addr, 4096).translate(SHIFT):
+                    return [[1]]
+    return [[0]]
+"""
+
+
+def test_a_program_cannot_find_an_earlier_programs_code_in_its_memory():
+    secret = f"PROGRAM-SECRET-{os.urandom(8).hex()}"
+    # a long program, as models write with their reasoning in comments
+    earlier = f"# {'x' * 20000}\n# {secret}\n# {'y' * 20000}\n{FLIP}"
+    reader = READER.format(shifted=bytes((b + 1) % 256 for b in secret.encode()))
+    limits = SandboxLimits(setup_cpu_s=10.0)
+    worker = SandboxWorker()
+    try:
+        [first] = decode_run(worker.run("k", [[[1, 2]]], limits, earlier), 1)
+        assert first.output == ((2, 1),)
+        [found] = decode_run(worker.run("k", [[[1, 2]]], limits, reader), 1)
+    finally:
+        worker.close()
+    assert found.status == "ok", found
+    assert found.output == ((0,),)
