@@ -137,7 +137,9 @@ class SandboxWorker:
             raise ValueError(f"allowed_modules: cannot import {failed}; check the module "
                              f"name and that it is on the project root or extra_paths")
 
-    def close(self) -> None:
+    def close(self, *, graceful: bool = True) -> None:
+        """Stop the worker: EOF first (it reaps everything and exits), SIGKILL when it does
+        not within CLOSE_GRACE_S, or at once when not ``graceful`` (a lost worker)."""
         proc, self._proc = self._proc, None
         if proc is not None:
             for stream in (proc.stdin, proc.stdout):
@@ -147,7 +149,7 @@ class SandboxWorker:
                     except OSError:  # unflushed bytes to a dead worker
                         pass
             try:  # EOF on its stdin: it reaps its children and its scipy zygote, and exits
-                proc.wait(timeout=CLOSE_GRACE_S)
+                proc.wait(timeout=CLOSE_GRACE_S if graceful else 0)
             except subprocess.TimeoutExpired:  # hung: children die with it (parent-death signal)
                 proc.send_signal(signal.SIGKILL)
                 proc.wait()
@@ -156,7 +158,7 @@ class SandboxWorker:
             self._scratch = None
 
     def restart(self) -> None:
-        self.close()
+        self.close(graceful=False)
         self.restarts += 1
         self.start()
 
