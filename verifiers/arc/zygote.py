@@ -285,14 +285,20 @@ class _Sub:
                     os.close(fd)
                 wire.OUTBUF = wire.buffer(wire.READ_CHUNK, inherit=False)  # ours: not inherited
                 fence.die_with_parent()
-                _preload(list(SCIPY_PRELOAD))
+                errors = _preload(list(SCIPY_PRELOAD))
                 gc.collect()
                 gc.freeze()
+                wire.write_frame(rep_w, {"ready": True, "errors": errors})
                 serve(req_r, rep_w, None)
             finally:
                 os._exit(0)
         os.close(req_r)
         os.close(rep_w)
+
+    def ready(self) -> dict[str, str]:
+        """Wait until scipy is loaded (the worker's start-up allowance covers it, a
+        program's reply time would not); returns its import errors."""
+        return self._reply()["errors"]
 
     def ask(self, obj: dict) -> dict:
         wire.write_frame(self.req_w, obj)
@@ -403,7 +409,8 @@ def main() -> None:
     # Programs live in a PID namespace of this worker's (root only); its init is the scipy
     # zygote, forked first, which lives as long as we do.
     pidns = fence.unshare_pids() if os.geteuid() == 0 else False
-    sub = _Sub()  # imports scipy while we answer
+    sub = _Sub()
+    errors.update(sub.ready())
     wire.write_frame(_PROTO_OUT, {"ready": True, "pid": os.getpid(), "errors": errors,
                              "netns": netns, "root": os.geteuid() == 0, "uid": _UID,
                              "scipy_zygote": sub.pid, "pidns": pidns})
