@@ -107,7 +107,10 @@ def test_cache_serves_repeats_and_keys_on_limits(store, tasks):
     task = tasks["3af2c5a8"]
     programs = [SOLUTIONS["3af2c5a8"], "def transform(grid):\n    return grid\n",
                 "def transform(grid):\n    while True:\n        pass\n"]
-    with ArcExecutor(workers=1, cache=store.exec_cache) as ex:
+    # a CPU timeout is cached, a wall-clock one is not (the machine may have caused it): a
+    # wall allowance of 50x the CPU budget makes the loop run out of CPU first on a busy box
+    limits = SandboxLimits(wall_factor=50.0)
+    with ArcExecutor(workers=1, cache=store.exec_cache, limits=limits) as ex:
         first = ex.execute_many(task, programs)
         assert ex.executed == 3
         again = ex.execute_many(task, programs)
@@ -115,7 +118,7 @@ def test_cache_serves_repeats_and_keys_on_limits(store, tasks):
         assert [r.to_dict() | {"cached": 0} for r in first] == \
                [r.to_dict() | {"cached": 0} for r in again]
     # another executor (another actor, another node) shares the cache
-    with ArcExecutor(workers=1, cache=store.exec_cache) as other:
+    with ArcExecutor(workers=1, cache=store.exec_cache, limits=limits) as other:
         other.execute_many(task, programs)
         assert other.executed == 0
     # a limit change is a different verifier: nothing is reused
@@ -150,3 +153,11 @@ def test_allowed_modules_can_be_imported(tmp_path, tasks):
 def test_unknown_allowed_module_is_a_clear_error():
     with pytest.raises(ValueError, match="allowed_modules: 'no_such_dsl' not found"):
         ArcExecutor(allowed_modules=["no_such_dsl"])
+
+
+@pytest.mark.parametrize("code", ["def transform(g):\n    return g  # c\n\n", "not python (", ""])
+def test_executor_hash_is_the_store_code_hash(code):
+    # the executor hashes the normalized text it runs; it must be the archive's code_hash
+    from store import code_hash, content_hash, normalize_code
+
+    assert content_hash(normalize_code(code)) == code_hash(code)

@@ -243,13 +243,17 @@ def _hostile_run(n: int) -> None:
         assert ex.executed >= n  # every program really ran (none was deduplicated)
         after_workers = ex.ping()  # also proves every child was reaped (see zygote._reap)
         assert ex.worker_pids == pids
-        assert _children_of(pids) == []
+        subs = [w["scipy_zygote"]["pid"] for w in after_workers]  # each worker's second zygote
+        assert sorted(_children_of(pids)) == sorted(subs)
+        assert _children_of(subs) == []
         assert len(os.listdir("/proc/self/fd")) == before_fds
         assert _rss_kb() - before_rss < 50_000
-        for b, a in zip(before_workers, after_workers, strict=True):
-            assert a["fds"] == b["fds"]
-            assert a["rss_kb"] - b["rss_kb"] < 5_000
-    assert _children_of(pids) == [] and not any(Path(f"/proc/{p}").exists() for p in pids)
+        for bw, aw in zip(before_workers, after_workers, strict=True):
+            for b, a in ((bw, aw), (bw["scipy_zygote"], aw["scipy_zygote"])):
+                assert a["fds"] == b["fds"]
+                assert a["rss_kb"] - b["rss_kb"] < 5_000
+    gone = pids + subs
+    assert _children_of(gone) == [] and not any(Path(f"/proc/{p}").exists() for p in gone)
 
 
 def test_hostile_batch_leaves_nothing_behind():

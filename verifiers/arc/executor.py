@@ -6,7 +6,9 @@
 The executor is plain Python (threads talk to the worker processes; the work happens in
 them), so it is testable without Ray; pool.py wraps it in an actor. Per batch:
 
-1. hash every program (normalized code hash) and drop duplicates within the batch;
+1. hash every program (normalized code hash) and drop duplicates within the batch; what
+   runs is the normalized source itself (store.codehash.normalize_code), so a result is a
+   function of the hash, even for a program whose output depends on its line numbers;
 2. look the rest up in the cache under the task fingerprint, which covers the input grids,
    the limits and verifier version, and the source of the allowed modules, so changing
    any of them starts a fresh cache; expected outputs are not part of it (results are
@@ -14,8 +16,10 @@ them), so it is testable without Ray; pool.py wraps it in an actor. Per batch:
 3. run the misses, one program per fork, spread over the idle workers;
 4. store the new executions and score every program against the expected outputs.
 
-Everything is cached, timeouts included: a program that never stops is the costliest to
-repeat. Only infrastructure failures (a lost worker) are not.
+Everything the program decided is cached, CPU timeouts included: a program that never
+stops is the costliest to repeat. What the machine may have decided is not (results.py
+TRANSIENT_ERRORS): a lost worker, a wall-clock timeout with CPU budget left, a SIGKILL or
+another signal the program cannot raise itself.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from store import ExecutionCache, code_hash, content_hash
+from store import ExecutionCache, content_hash, normalize_code
 from verifiers.arc.grids import ArcTask, encode_rows
 from verifiers.arc.results import InputResult, ProgramResult
 from verifiers.arc.sandbox import PROJECT_ROOT, SandboxLimits, SandboxWorker
@@ -110,10 +114,15 @@ class ArcExecutor:
         if isinstance(programs, str):
             raise TypeError("programs: expected a sequence of source strings, got one string; "
                             "use execute(task, code) for a single program")
-        hashes = [code_hash(c) for c in programs]
+        # Run exactly the text that is hashed: programs that share a hash (they differ in
+        # comments, blank lines, formatting) then share a result by construction, even one
+        # that depends on line numbers (f_lineno, tracebacks). code_hash(c) is
+        # content_hash(normalize_code(c)) (a test holds it), so each program is parsed once.
+        normalized = [normalize_code(c) for c in programs]
+        hashes = [content_hash(n) for n in normalized]
         unique: dict[str, str] = {}
-        for h, c in zip(hashes, programs, strict=True):
-            unique.setdefault(h, c)
+        for h, n in zip(hashes, normalized, strict=True):
+            unique.setdefault(h, n)
         fp = self.fingerprint(task)
         n_inputs = len(task.inputs)
         done = self._lookup(fp, list(unique), n_inputs)
@@ -124,7 +133,7 @@ class ArcExecutor:
             self.cache.set_many([
                 (fp, h, {"inputs": [r.to_cache() for r in runs]})
                 for h, runs in zip(missing, fresh, strict=True)
-                if not any(r.error_type == "SandboxError" for r in runs)])
+                if not any(r.transient for r in runs)])
         ran = set(missing)
         results = []
         expected = task.expected

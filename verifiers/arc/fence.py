@@ -8,12 +8,23 @@ object in its own interpreter (``sys.modules['os']``, ctypes, ``__subclasses__``
   compute are allowed. Denied, among others: open/openat (no file reads or writes at all),
   socket (no network), fork/clone/execve (no processes, no threads), kill/tkill/tgkill
   (cannot signal the worker, the verifier or other programs), ptrace/process_vm_*, setrlimit
-  (cannot raise its limits), mount/unshare/setns. Applied with no_new_privs, irreversibly.
+  (cannot raise its limits), mount/unshare/setns. Calls that are allowed are allowed only
+  with arguments that are safe whatever the program passes: fcntl only for commands that
+  cannot make the kernel send signals (no F_SETOWN/F_SETSIG, no O_ASYNC), prlimit64 only
+  to read its own limits, clocks only the fixed ones. Applied with no_new_privs, irreversibly.
 - resource limits: address space (memory), CPU seconds (a backstop for the worker's
   precise CPU/wall watchdog), file size 0, a handful of fds, no core dumps, no processes.
-- when running as root: drop to uid/gid 65534 (nobody) with no groups, so the process owns
-  nothing, cannot raise a hard limit and cannot touch root's processes even if a fence
-  had a hole; and the worker process lives in its own network namespace (down loopback).
+- an empty root: the child chroots into an empty directory before seccomp, because one
+  allowed call still takes a path (newfstatat with AT_EMPTY_PATH and a non-empty path is
+  resolved by the kernel: it leaked the size of /etc/shadow). Nothing is there to see. As
+  root this is a plain chroot; otherwise a new user namespace grants the right to chroot;
+  where neither works the child runs without it (``enter_empty_root`` says so).
+- when running as root: drop to a uid/gid of the worker's own (``worker_uid``: a high uid
+  no account uses, different for every live worker on the machine) with no groups, so the
+  process owns nothing, cannot raise a hard limit and cannot touch root's processes or
+  another worker's programs even if a fence had a hole; the worker process lives in its
+  own network namespace (down loopback), and its programs in a PID namespace of their own
+  (they see no process outside it: a pid they are given or guess names nothing there).
 
 libseccomp is used through ctypes (Debian's libseccomp2, present wherever Ray runs) with
 its non-variadic ``seccomp_rule_add_array`` so no C varargs cross ctypes; it resolves
@@ -28,8 +39,10 @@ import errno
 import os
 import resource
 
-NOBODY = 65534
+UID_BASE = 0x70000000  # worker uids: UID_BASE + the worker's pid (pid_max <= 2**22)
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
@@ -37,21 +50,32 @@ SECCOMP_MODE_FILTER = 2
 
 _ACT_ALLOW = 0x7FFF0000
 _ACT_ERRNO_EPERM = 0x00050000 | errno.EPERM
+_CMP_LT = 2
 _CMP_EQ = 4
 _CMP_MASKED_EQ = 7
 _AT_EMPTY_PATH = 0x1000
+_O_ASYNC = 0o20000
+# fcntl commands CPython and numpy use on open fds. Denied above all: F_SETOWN(_EX) and
+# F_SETSIG, which with O_ASYNC make the kernel signal a chosen pid whenever the worker
+# reads the result pipe; F_SETLEASE/F_NOTIFY/F_SETLK*, which also deliver signals.
+FCNTL_ALLOWED = {"F_DUPFD": 0, "F_GETFD": 1, "F_SETFD": 2, "F_GETFL": 3,
+                 "F_DUPFD_CLOEXEC": 1030}
+F_SETFL = 4
+# Clocks a program may read or sleep on: the fixed ones (0..15: realtime, monotonic, its
+# own process and thread CPU clocks, ...), not another process's CPU clock (negative ids).
+MAX_CLOCK_ID = 16
 
 # What CPython + numpy use while computing on in-memory data. Everything else is EPERM.
 ALLOWED_SYSCALLS = (
     # memory
     "brk", "mmap", "munmap", "mremap", "mprotect", "madvise",
     # I/O on the fds the worker left open (stdio on /dev/null, the result pipe)
-    "read", "write", "readv", "writev", "close", "lseek", "fstat", "fcntl",
+    "read", "write", "readv", "writev", "close", "lseek", "fstat",
     # signals of its own (handlers, masks); it cannot send any: kill/tgkill are denied
     "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack", "restart_syscall",
-    # time, randomness, identity, scheduling
-    "clock_gettime", "clock_getres", "clock_nanosleep", "nanosleep", "gettimeofday",
-    "time", "getrandom", "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid",
+    # time (the clock_* calls only on fixed clocks: see SeccompFilter), randomness,
+    # identity, scheduling
+    "nanosleep", "gettimeofday", "time", "getrandom", "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid",
     "getegid", "getrusage", "times", "sched_yield", "sched_getaffinity", "sysinfo",
     "uname", "getcwd", "futex", "poll", "ppoll", "select", "pselect6", "getrlimit",
     # leaving
@@ -105,8 +129,16 @@ class SeccompFilter:
         # fstat is newfstatat(fd, "", buf, AT_EMPTY_PATH) in modern glibc; a path lookup
         # (os.stat('/etc/passwd'), flags without AT_EMPTY_PATH) stays denied.
         self._allow("newfstatat", _ArgCmp(3, _CMP_MASKED_EQ, _AT_EMPTY_PATH, _AT_EMPTY_PATH))
-        # getrlimit is prlimit64(0, res, NULL, &old) in glibc: allow only a NULL new limit.
-        self._allow("prlimit64", _ArgCmp(2, _CMP_EQ, 0, 0))
+        # getrlimit is prlimit64(0, res, NULL, &old) in glibc: only its own limits (pid 0),
+        # only reading them (a NULL new limit).
+        self._allow("prlimit64", _ArgCmp(0, _CMP_EQ, 0, 0), _ArgCmp(2, _CMP_EQ, 0, 0))
+        for cmd in FCNTL_ALLOWED.values():
+            self._allow("fcntl", _ArgCmp(1, _CMP_EQ, cmd, 0))
+        # F_SETFL (O_NONBLOCK and the like) only without O_ASYNC: no signal-driven I/O
+        self._allow("fcntl", _ArgCmp(1, _CMP_EQ, F_SETFL, 0),
+                    _ArgCmp(2, _CMP_MASKED_EQ, _O_ASYNC, 0))
+        for name in ("clock_gettime", "clock_getres", "clock_nanosleep"):
+            self._allow(name, _ArgCmp(0, _CMP_LT, MAX_CLOCK_ID, 0))
         self._bpf = self._export()
         self._prog = _SockFprog(len(self._bpf) // 8, ctypes.addressof(self._bpf))
         self._libc = _libc()
@@ -157,6 +189,13 @@ def unshare_network() -> bool:
     return _libc().unshare(CLONE_NEWNET) == 0
 
 
+def unshare_pids() -> bool:
+    """Put this process's future children in a new PID namespace (root only; returns
+    whether it happened). The first child becomes its init and must outlive the others:
+    once it exits, no more processes can be created in the namespace."""
+    return _libc().unshare(CLONE_NEWPID) == 0
+
+
 def die_with_parent() -> None:
     """SIGKILL this process when its parent dies, so no sandbox outlives its owner."""
     _libc().prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
@@ -177,11 +216,32 @@ def set_limits(*, address_space_bytes: int, cpu_seconds: int, max_fds: int) -> N
         resource.setrlimit(res, (value, value))
 
 
-def drop_privileges() -> bool:
-    """Become nobody:nogroup when root; returns whether privileges were dropped."""
+def worker_uid(worker_pid: int) -> int:
+    """The uid (and gid) a worker's programs run under: unique while the worker lives."""
+    return UID_BASE + worker_pid
+
+
+def enter_empty_root(path: str) -> bool:
+    """chroot into ``path`` (an empty directory) and cd there; returns whether it worked.
+
+    Root chroots directly; anyone else first enters a new user namespace, where it holds
+    CAP_SYS_CHROOT. Must run before the uid change (root) and before seccomp.
+    """
+    if os.geteuid() != 0 and _libc().unshare(CLONE_NEWUSER) != 0:
+        return False
+    try:
+        os.chroot(path)
+        os.chdir("/")
+    except OSError:
+        return False
+    return True
+
+
+def drop_privileges(uid: int) -> bool:
+    """Become ``uid``:``uid`` with no groups when root; returns whether it happened."""
     if os.geteuid() != 0:
         return False
     os.setgroups([])
-    os.setresgid(NOBODY, NOBODY, NOBODY)
-    os.setresuid(NOBODY, NOBODY, NOBODY)
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
     return True

@@ -20,6 +20,11 @@ Status = Literal["ok", "error", "timeout", "memory", "invalid_output", "forbidde
 STATUSES: frozenset[str] = frozenset(
     ("ok", "error", "timeout", "memory", "invalid_output", "forbidden"))
 MAX_MESSAGE = 200  # characters of an error message kept; the program chooses its messages
+# Outcomes the machine, not the program, may have caused; never cached, so a rerun decides:
+# a lost worker, a wall-clock timeout with CPU budget left (a busy or stopped machine), a
+# SIGKILL (the OOM killer under the machine's memory pressure, or another process), and
+# any other signal the program cannot raise itself (it can only fault: SEGV, BUS, ...).
+TRANSIENT_ERRORS: frozenset[str] = frozenset(("SandboxError", "WallTimeout", "Killed", "Signalled"))
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,11 @@ class InputResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def transient(self) -> bool:
+        """The machine may have caused this outcome (see TRANSIENT_ERRORS): not cached."""
+        return self.error_type in TRANSIENT_ERRORS
 
     def execution(self) -> InputResult:
         """Only the program-and-input part (what the cache holds)."""

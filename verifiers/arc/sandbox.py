@@ -42,12 +42,19 @@ from typing import Any
 from verifiers.arc.grids import Grid, decode_rows, encode_rows
 from verifiers.arc.results import MAX_MESSAGE, STATUSES, InputResult
 
-VERIFIER_VERSION = "arc-sandbox-1"  # bump when a change alters results: it keys the cache
+VERIFIER_VERSION = "arc-sandbox-2"  # bump when a change alters results: it keys the cache
 ZYGOTE = Path(__file__).with_name("zygote.py")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 EXIT_SETUP_FAILED = 71  # zygote.EXIT_SETUP_FAILED (zygote.py imports nothing of ours)
 START_TIMEOUT_S = 120.0  # importing numpy on a loaded machine can take seconds
+CLOSE_GRACE_S = 5.0  # for a worker to exit on its own when closed, before SIGKILL
 REPLY_GRACE_S = 10.0  # beyond a program's wall allowance before the worker is presumed hung
+# Signals a fenced program can bring on itself: faults, and its own CPU/file-size rlimits.
+# It cannot send any (kill/tgkill are denied, fcntl cannot set signal-driven I/O), so any
+# other signal came from outside and says nothing about the program.
+SELF_INFLICTED_SIGNALS = frozenset((signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
+                                    signal.SIGTRAP, signal.SIGSYS, signal.SIGXCPU,
+                                    signal.SIGXFSZ))
 
 
 @dataclass(frozen=True)
@@ -130,7 +137,9 @@ class SandboxWorker:
             raise ValueError(f"allowed_modules: cannot import {failed}; check the module "
                              f"name and that it is on the project root or extra_paths")
 
-    def close(self) -> None:
+    def close(self, *, graceful: bool = True) -> None:
+        """Stop the worker: EOF first (it reaps everything and exits), SIGKILL when it does
+        not within CLOSE_GRACE_S, or at once when not ``graceful`` (a lost worker)."""
         proc, self._proc = self._proc, None
         if proc is not None:
             for stream in (proc.stdin, proc.stdout):
@@ -139,15 +148,17 @@ class SandboxWorker:
                         stream.close()
                     except OSError:  # unflushed bytes to a dead worker
                         pass
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGKILL)  # kills only the zygote; children die with it
-            proc.wait()
+            try:  # EOF on its stdin: it reaps its children and its scipy zygote, and exits
+                proc.wait(timeout=CLOSE_GRACE_S if graceful else 0)
+            except subprocess.TimeoutExpired:  # hung: children die with it (parent-death signal)
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
         if self._scratch:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
 
     def restart(self) -> None:
-        self.close()
+        self.close(graceful=False)
         self.restarts += 1
         self.start()
 
@@ -155,8 +166,8 @@ class SandboxWorker:
             code: str) -> dict[str, Any]:
         """Raw outcome of ``code`` on ``inputs`` (see zygote.run_program); raises WorkerLost."""
         self._load_task(key, inputs, limits)
-        self._send({"op": "run", "code": code})
-        return self._recv(limits.max_wall_s(inputs) + REPLY_GRACE_S)
+        self._send_code(code)
+        return self._recv_run(limits.max_wall_s(inputs) + REPLY_GRACE_S)
 
     def run_queue(self, key: str, inputs: Sequence[Grid], limits: SandboxLimits,
                   jobs: queue.SimpleQueue[tuple[int, str]],
@@ -178,10 +189,10 @@ class SandboxWorker:
                     except queue.Empty:
                         break
                     inflight.append(index)
-                    self._send({"op": "run", "code": code})
+                    self._send_code(code)
                 if not inflight:
                     return
-                raw = self._recv(reply_s)
+                raw = self._recv_run(reply_s)
                 done(inflight.popleft(), decode_run(raw, len(inputs)))
             except WorkerLost as e:
                 lost = [InputResult("error", None, "SandboxError", str(e)[:MAX_MESSAGE])]
@@ -205,8 +216,23 @@ class SandboxWorker:
         self._send({"op": "ping"})
         return self._recv(REPLY_GRACE_S)
 
+    def _send_code(self, code: str) -> None:
+        # raw, not JSON: the worker keeps it in a buffer it wipes (zygote._INBUF)
+        self._send_body(b"R" + code.encode("utf-8", "surrogatepass"))
+
+    def _recv_run(self, timeout_s: float) -> dict[str, Any]:
+        """A run's reply: a JSON frame, then ``out_len`` raw bytes of the child's output."""
+        raw = self._recv(timeout_s)
+        n = raw.pop("out_len", 0)
+        if type(n) is not int or n < 0:
+            raise WorkerLost(f"sandbox worker {self.pid} sent a malformed reply")
+        raw["out"] = self._read_exact(self._proc.stdout, n, timeout_s).decode("latin-1")
+        return raw
+
     def _send(self, obj: dict[str, Any]) -> None:
-        body = json.dumps(obj).encode()
+        self._send_body(json.dumps(obj).encode())
+
+    def _send_body(self, body: bytes) -> None:
         if self._proc is None or self._proc.stdin is None:
             raise WorkerLost("sandbox worker is not running")
         try:
@@ -244,8 +270,11 @@ def decode_run(raw: dict[str, Any], n_inputs: int) -> list[InputResult]:
     while len(results) < n_inputs:
         first = len(results) == len(lines)
         if term == "timeout":
-            results.append(InputResult("timeout", None, "Timeout",
-                           f"exceeded its time budget (cpu {raw.get('cpu_s', 0):.3f} s)"
+            wall = raw.get("timeout_kind") == "wall"  # within its CPU budget: maybe not its fault
+            results.append(InputResult("timeout", None, "WallTimeout" if wall else "Timeout",
+                           (f"exceeded its wall-clock allowance (cpu {raw.get('cpu_s', 0):.3f} s,"
+                            f" wall {raw.get('wall_s', 0):.3f} s)" if wall else
+                            f"exceeded its time budget (cpu {raw.get('cpu_s', 0):.3f} s)")
                            if first else "not run: an earlier input timed out"))
         elif term == "overflow":
             results.append(InputResult("invalid_output", None, "OutputTooLarge",
@@ -254,9 +283,12 @@ def decode_run(raw: dict[str, Any], n_inputs: int) -> list[InputResult]:
             results.append(InputResult("error", None, "SandboxError", "sandbox setup failed"))
         elif code == -signal.SIGKILL:  # not ours (ours are "timeout"): the kernel's OOM killer
             results.append(InputResult("memory", None, "Killed", "killed, likely out of memory"))
-        elif isinstance(code, int) and code < 0:
+        elif isinstance(code, int) and code < 0 and -code in SELF_INFLICTED_SIGNALS:
             results.append(InputResult("error", None, "Crashed",
                                        f"killed by signal {_signal_name(-code)}"))
+        elif isinstance(code, int) and code < 0:  # sent by someone else: not the program's
+            results.append(InputResult("error", None, "Signalled",
+                                       f"killed by signal {_signal_name(-code)} from outside"))
         else:
             results.append(InputResult("error", None, "Exited",
                                        f"the process exited (code {code}) before returning"))

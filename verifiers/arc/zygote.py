@@ -8,7 +8,8 @@ It imports numpy, a curated set of computation-only stdlib modules and the calle
 allowed modules once, then for every program:
 
     fork -> child: stdio to /dev/null, result pipe on fd 3, all other fds closed, rlimits,
-            drop to nobody (if root), import guard, seccomp (see fence.py), seeded RNGs,
+            chroot into an empty dir, drop to the worker's own uid (if root), import guard,
+            seccomp (see fence.py), seeded RNG,
             exec the code, call transform() on a fresh copy of each input, write one line
             per input to fd 3, _exit
          -> here: watch the child's CPU clock and wall clock against a cumulative per-input
@@ -16,14 +17,18 @@ allowed modules once, then for every program:
 
 Because every program gets its own copy-on-write child of a process that never runs
 program code, nothing a program does (monkeypatching numpy or builtins, leaking memory,
-closing fds) can reach a later program. The child's lines are untrusted: the parent
-decodes them strictly (sandbox.decode_run). Protocol with the parent: 4-byte big-endian
-length + JSON frames on the fds that were stdin/stdout at start.
+closing fds) can reach a later program; and because code and outputs pass through this
+process only in buffers wiped after use (wire.py), no child finds an earlier program's
+code or results in the memory it inherits. Programs that name scipy run in a second
+zygote (``_Sub``), forked from this one before any program, that also holds scipy.ndimage.
+The child's lines are untrusted: the parent decodes them strictly (sandbox.decode_run).
+Protocol with the parent: wire.py, on the fds that were stdin/stdout at start.
 """
 
 from __future__ import annotations
 
 import builtins
+import ctypes
 import gc
 import importlib
 import json
@@ -35,7 +40,9 @@ import struct
 import sys
 import time
 
-import fence  # sibling module: this file runs as a script, its directory is sys.path[0]
+import fence  # sibling modules: this file runs as a script, its directory is sys.path[0]
+import wire
+from encode import ForbiddenImport, encode_output, failure
 
 # Computation-only standard library modules a program may import (all preloaded, because
 # the child cannot open files). sys is here because flood-fill code raises the recursion
@@ -46,111 +53,22 @@ STDLIB_ALLOWED = (
     "heapq", "itertools", "json", "math", "numbers", "operator", "queue", "random", "re",
     "statistics", "string", "sys", "textwrap", "time", "types", "typing", "warnings",
 )
-# Not numpy.random (nondeterministic, and 7 MB more warm heap: every fork and exit pays for
-# resident pages) nor numpy.ma/polynomial (rare in ARC code); importing them is "forbidden".
-NUMPY_PRELOAD = ("numpy", "numpy.linalg", "numpy.fft", "numpy.lib.stride_tricks")
+# numpy with every submodule its public functions import lazily (np.percentile and
+# np.kron reach numpy.ma, np.polynomial is an attribute that imports on first use): the
+# child cannot open files, so what is not loaded here fails with ModuleNotFoundError.
+# Not numpy.random: nondeterministic, and 7 MB more warm heap that every fork pays for.
+NUMPY_PRELOAD = ("numpy", "numpy.linalg", "numpy.fft", "numpy.lib.stride_tricks", "numpy.ma",
+                 "numpy.polynomial", "numpy.char", "numpy.strings", "numpy.rec",
+                 "numpy.exceptions", "numpy.dtypes")
+# scipy.ndimage (label, binary_fill_holes, find_objects, ...) is common in ARC programs;
+# the rest of scipy is not allowed (scipy itself only as the package that holds it).
+SCIPY_PRELOAD = ("scipy", "scipy.ndimage")
 RESULT_FD = 3
 MAX_FDS = 8
 EXIT_SETUP_FAILED = 71
 
 
-class ForbiddenImport(ImportError):
-    pass
-
-
-def read_frame(fd: int) -> dict | None:
-    head = _read_exact(fd, 4)
-    if head is None:
-        return None
-    body = _read_exact(fd, struct.unpack(">I", head)[0])
-    return None if body is None else json.loads(body)
-
-
-def _read_exact(fd: int, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
-
-
-def write_frame(fd: int, obj: dict) -> None:
-    body = json.dumps(obj, separators=(",", ":")).encode()
-    data = struct.pack(">I", len(body)) + body
-    while data:
-        data = data[os.write(fd, data):]
-
-
 # ---------------------------------------------------------------- the child (program side)
-
-def _encode_cell(v: object) -> int:
-    t = type(v)
-    if t is int or isinstance(v, _np.integer):
-        return int(v)
-    if (t is float or isinstance(v, _np.floating)) and float(v).is_integer():
-        return int(v)  # np.zeros() habit: integral floats are accepted as ints
-    raise TypeError(f"cell of type {t.__name__}")
-
-
-def _encode_output(out: object) -> str:
-    """A transform() result -> JSON line. Runs in the child, on a hostile object."""
-    if type(out) is _np.ndarray:
-        if out.ndim != 2 or out.dtype.kind not in "iuf":
-            return _line("invalid_output", "InvalidOutput",
-                         f"array of ndim {out.ndim} and dtype {out.dtype}, expected 2-D ints")
-        rows = out.tolist()
-    elif type(out) is list or type(out) is tuple:
-        rows = out
-    else:
-        return _line("invalid_output", "InvalidOutput",
-                     f"returned {type(out).__name__}, expected a list of lists or a 2-D array")
-    if not 1 <= len(rows) <= 30:
-        return _line("invalid_output", "InvalidOutput", f"{len(rows)} rows, ARC allows 1..30")
-    text = []
-    width = -1
-    for row in rows:
-        if type(row) is _np.ndarray:
-            row = row.tolist()
-        if type(row) is not list and type(row) is not tuple:
-            return _line("invalid_output", "InvalidOutput", f"row of type {type(row).__name__}")
-        if width < 0:
-            width = len(row)
-        if len(row) != width or not 1 <= width <= 30:
-            return _line("invalid_output", "InvalidOutput",
-                         f"ragged or out-of-range width {len(row)} (ARC allows 1..30, rectangular)")
-        try:
-            cells = [_encode_cell(v) for v in row]
-        except TypeError as e:
-            return _line("invalid_output", "InvalidOutput", str(e))
-        if min(cells) < 0 or max(cells) > 9:
-            return _line("invalid_output", "InvalidOutput", "cell outside 0..9")
-        text.append("".join([_DIGIT[c] for c in cells]))
-    return _dumps(["ok", text]) + "\n"
-
-
-_DIGIT = "0123456789"
-
-
-def _line(status: str, etype: str, message: str) -> str:
-    return _dumps([status, etype, message[:200]]) + "\n"
-
-
-def _failure(e: BaseException) -> str:
-    try:
-        etype = type(e).__name__
-        message = str(e)
-    except BaseException:  # a hostile __str__; the type name is our own lookup
-        etype, message = "Exception", "(unprintable)"
-    etype = etype if type(etype) is str else "Exception"
-    message = message if type(message) is str else ""
-    if isinstance(e, MemoryError):
-        return _line("memory", etype, message or "out of memory")
-    if isinstance(e, ForbiddenImport | PermissionError):
-        return _line("forbidden", etype, message)
-    return _line("error", etype, message)
-
 
 def _guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
     if level != 0 or not _import_allowed(name):
@@ -160,6 +78,8 @@ def _guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
 
 def _import_allowed(name: str) -> bool:
     if name in _ALLOWED_EXACT or name.split(".", 1)[0] == "numpy":
+        return True
+    if name == "scipy" or name == "scipy.ndimage" or name.startswith("scipy.ndimage."):
         return True
     return any(name.startswith(m + ".") for m in _ALLOWED_PREFIXES)
 
@@ -172,16 +92,18 @@ def _child_setup(result_w: int, devnull: int, limits: dict) -> None:
     os.closerange(RESULT_FD + 1, 1 << 20)
     fence.set_limits(address_space_bytes=limits["vm_base_bytes"] + limits["memory_bytes"],
                      cpu_seconds=limits["cpu_backstop_s"], max_fds=MAX_FDS)
-    fence.drop_privileges()
+    fence.enter_empty_root(_EMPTY_ROOT)
+    fence.drop_privileges(_UID)
     fence.die_with_parent()  # after the uid change, which clears the parent-death signal
-    random.seed(0)  # os.fork reseeded it from urandom; programs must be repeatable
+    random.seed(0)  # the same state for every program, whatever ran here before
     builtins.__import__ = _guarded_import
     _SECCOMP.load()
 
 
-def _child(code: str, inputs: list, result_w: int, devnull: int, limits: dict) -> None:
+def _child(code_len: int, inputs: list, result_w: int, devnull: int, limits: dict) -> None:
     """Never returns. Every failure becomes a line or an exit code, never an exception."""
     try:
+        code = bytes(wire.INBUF[1:code_len]).decode("utf-8", "surrogatepass")  # 'R' + code
         _child_setup(result_w, devnull, limits)
     except BaseException:
         os._exit(EXIT_SETUP_FAILED)
@@ -193,15 +115,15 @@ def _child(code: str, inputs: list, result_w: int, devnull: int, limits: dict) -
         if not callable(transform):
             raise NameError("the program defines no callable transform(grid)")
     except BaseException as e:
-        line = _failure(e).encode()
+        line = failure(e).encode()
         for _ in inputs:
             write(RESULT_FD, line)
         os._exit(0)
     for grid in inputs:
         try:
-            line = _encode_output(transform([list(row) for row in grid]))
+            line = encode_output(transform([list(row) for row in grid]))
         except BaseException as e:
-            line = _failure(e)
+            line = failure(e)
         write(RESULT_FD, line.encode())
     os._exit(0)
 
@@ -220,26 +142,30 @@ def _cpu_seconds(pid: int, last: float) -> float:
         return last
 
 
-def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> dict:
-    """Fork a child for ``code``, enforce the budgets, return its raw lines and fate."""
+def run_program(code_len: int, inputs: list, budgets: list[float], limits: dict
+                ) -> tuple[dict, int]:
+    """Fork a child for the code in wire.INBUF, enforce the budgets; returns its fate and the
+    length of its output, which is in wire.OUTBUF (the caller sends it on and wipes it)."""
     # cumulative CPU allowance once k inputs are done: setup + budgets[0..k]
     allow = [limits["setup_cpu_s"]]
     for b in budgets:
         allow.append(allow[-1] + b)
     _reap(block=False)
     r, w = os.pipe()
-    pid = os.fork()
+    pid = _fork()
     if pid == 0:
         os.close(r)
-        _child(code, inputs, w, _DEVNULL, limits)
+        _child(code_len, inputs, w, _DEVNULL, limits)
+    wire.wipe(wire.INBUF, code_len)
     os.close(w)
     pidfd = os.pidfd_open(pid)
     poller = select.poll()
     poller.register(r, select.POLLIN)
     poller.register(pidfd, select.POLLIN)
     start = time.monotonic()
-    buf = bytearray()
-    lines, cpu, term, reading = 0, 0.0, "exit", True
+    out = memoryview(wire.OUTBUF)
+    size = 0
+    lines, cpu, term, reading, timeout_kind = 0, 0.0, "exit", True, None
     cap = limits["max_result_bytes"]
     while True:
         k = min(lines, len(budgets)) + 1 if budgets else 0
@@ -249,6 +175,7 @@ def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> 
         wall = time.monotonic() - start
         if cpu >= cpu_allow or wall >= wall_allow:
             term = "timeout"
+            timeout_kind = "cpu" if cpu >= cpu_allow else "wall"
             break
         wait_ms = max(1, int(1000 * min(cpu_allow - cpu, wall_allow - wall)) + 1)
         exited = False
@@ -256,24 +183,24 @@ def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> 
             if fd == pidfd:
                 exited = True
             elif reading:
-                chunk = os.read(r, 65536)
-                if not chunk:
+                k = os.readv(r, [out[size:size + wire.READ_CHUNK]])
+                if not k:
                     reading = False
                     poller.unregister(r)
-                buf += chunk
-                lines += chunk.count(b"\n")
-        if len(buf) > cap:
+                lines += _count_lines(size, size + k, len(budgets) - lines)
+                size += k
+        if size > cap:
             term = "overflow"
             break
         if lines >= len(budgets) and not exited:
             term = "done"  # every input answered: the rest is exit teardown (or mischief)
             break
         if exited:
-            while reading and len(buf) <= cap:  # the only writer is gone: read to EOF
-                chunk = os.read(r, 65536)
-                reading = bool(chunk)
-                buf += chunk
-            if len(buf) > cap:
+            while reading and size <= cap:  # the only writer is gone: read to EOF
+                k = os.readv(r, [out[size:size + wire.READ_CHUNK]])
+                reading = k > 0
+                size += k
+            if size > cap:
                 term = "overflow"
             break
     exit_code = None
@@ -284,13 +211,37 @@ def run_program(code: str, inputs: list, budgets: list[float], limits: dict) -> 
         signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         _UNREAPED.append((pid, pidfd))
     os.close(r)
+    out.release()
     return {
         "term": "exit" if term == "done" else term,
+        "timeout_kind": timeout_kind,
         "exit_code": exit_code,
-        "out": bytes(buf[:cap]).decode("latin-1"),
+        "out_len": min(size, cap),  # that many bytes follow the reply frame
         "cpu_s": round(cpu, 6),
         "wall_s": round(time.monotonic() - start, 6),
-    }
+    }, size
+
+
+def _fork() -> int:
+    """fork(2) without CPython's after-fork work in the child (thread-state and lock
+    re-initialisation, at-fork hooks: 0.7 ms and ~180 page copies per child), which this
+    single-threaded process does not need: the child only fences itself and runs one
+    program. ctypes drops the GIL around the call, so the child finds it free."""
+    pid = _LIBC.fork()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "fork failed")
+    return pid
+
+
+def _count_lines(start: int, end: int, most: int) -> int:
+    """Newlines in wire.OUTBUF[start:end], counting at most ``most`` (no copy of the data)."""
+    n = 0
+    while n < most:
+        start = wire.OUTBUF.find(b"\n", start, end) + 1
+        if not start:
+            break
+        n += 1
+    return n
 
 
 def _rss_kb() -> int:
@@ -318,15 +269,129 @@ def _preload(names: list[str]) -> dict[str, str]:
     return errors
 
 
+class _Sub:
+    """The scipy zygote: forked from this one before any program, it also holds scipy.ndimage
+    (27 MB more warm heap, which every fork and exit would pay for), and runs the programs
+    that mention scipy; this process relays their requests and replies."""
+
+    def __init__(self) -> None:
+        req_r, self.req_w = os.pipe()
+        self.rep_r, rep_w = os.pipe()
+        self.task_sent = False
+        self.pid = os.fork()  # once, and it lives on: CPython's after-fork work is wanted
+        if self.pid == 0:
+            try:
+                for fd in (_PROTO_IN, _PROTO_OUT, self.req_w, self.rep_r):
+                    os.close(fd)
+                wire.OUTBUF = wire.buffer(wire.READ_CHUNK, inherit=False)  # ours: not inherited
+                fence.die_with_parent()
+                errors = _preload(list(SCIPY_PRELOAD))
+                gc.collect()
+                gc.freeze()
+                wire.write_frame(rep_w, {"ready": True, "errors": errors})
+                serve(req_r, rep_w, None)
+            finally:
+                os._exit(0)
+        os.close(req_r)
+        os.close(rep_w)
+
+    def ready(self) -> dict[str, str]:
+        """Wait until scipy is loaded (the worker's start-up allowance covers it, a
+        program's reply time would not); returns its import errors."""
+        return self._reply()["errors"]
+
+    def ask(self, obj: dict) -> dict:
+        wire.write_frame(self.req_w, obj)
+        return self._reply()
+
+    def run(self, n: int, task: dict) -> tuple[dict, int]:
+        """Relay the program in wire.INBUF[:n]; its output lands in wire.OUTBUF."""
+        if not self.task_sent:
+            self.ask(task)
+            self.task_sent = True
+        with memoryview(wire.INBUF) as view:
+            wire.write_all(self.req_w, memoryview(struct.pack(">I", n)))
+            wire.write_all(self.req_w, view[:n])
+        wire.wipe(wire.INBUF, n)
+        reply = self._reply()
+        size = reply["out_len"]
+        with memoryview(wire.OUTBUF) as view:
+            pos = 0
+            while pos < size:
+                k = os.readv(self.rep_r, [view[pos:size]])
+                if not k:
+                    raise EOFError("the scipy zygote exited")
+                pos += k
+        return reply, size
+
+    def _reply(self) -> dict:
+        reply = wire.read_frame(self.rep_r)
+        if reply is None:
+            raise EOFError("the scipy zygote exited")
+        return reply
+
+    def close(self) -> None:
+        os.close(self.req_w)
+        os.waitpid(self.pid, 0)
+        os.close(self.rep_r)
+
+
+def serve(proto_in: int, proto_out: int, sub: _Sub | None) -> None:
+    """Answer requests until EOF: task (inputs and limits), a program (b"R" + source), ping."""
+    inputs: list = []
+    budgets: list[float] = []
+    limits: dict = {}
+    task: dict = {}
+    while True:
+        n = wire.read_request(proto_in)
+        if n is None:
+            _reap(block=True)
+            if sub is not None:
+                sub.close()
+            return
+        if n and wire.INBUF[0] == ord("R"):  # a program: b"R" + its UTF-8 source
+            if sub is not None and wire.INBUF.find(b"scipy", 1, n) >= 0:
+                reply, size = sub.run(n, task)
+            else:
+                reply, size = run_program(n, inputs, budgets, limits)
+            wire.write_frame(proto_out, reply)
+            with memoryview(wire.OUTBUF) as view:
+                wire.write_all(proto_out, view[:reply["out_len"]])
+            wire.wipe(wire.OUTBUF, size)
+            continue
+        req = json.loads(bytes(wire.INBUF[:n]))
+        if req["op"] == "task":
+            task = req
+            inputs = [[[int(c) for c in row] for row in g] for g in req["inputs"]]
+            budgets = [float(b) for b in req["budgets"]]
+            # the warm heap's size, measured here once per task rather than in each child
+            limits = dict(req["limits"], vm_base_bytes=_vm_bytes())
+            if len(wire.OUTBUF) != limits["max_result_bytes"] + wire.READ_CHUNK:
+                wire.OUTBUF.close()
+                wire.OUTBUF = wire.buffer(limits["max_result_bytes"] + wire.READ_CHUNK, inherit=False)
+            if sub is not None:
+                sub.task_sent = False
+            wire.write_frame(proto_out, {"ok": True})
+        elif req["op"] == "ping":  # health and leak check: our own fds and memory
+            _reap(block=True)
+            reply = {"ok": True, "fds": len(os.listdir("/proc/self/fd")), "rss_kb": _rss_kb()}
+            if sub is not None:
+                reply["scipy_zygote"] = dict(sub.ask(req), pid=sub.pid)
+            wire.write_frame(proto_out, reply)
+        else:
+            wire.write_frame(proto_out, {"error": f"unknown op {req['op']!r}"})
+
+
 def main() -> None:
-    proto_in, proto_out = os.dup(0), os.dup(1)
-    global _DEVNULL, _SECCOMP, _ALLOWED_EXACT, _ALLOWED_PREFIXES
+    global _DEVNULL, _SECCOMP, _ALLOWED_EXACT, _ALLOWED_PREFIXES, _EMPTY_ROOT, _UID
+    global _PROTO_IN, _PROTO_OUT
+    _PROTO_IN, _PROTO_OUT = os.dup(0), os.dup(1)
     _DEVNULL = os.open(os.devnull, os.O_RDWR)
     os.dup2(_DEVNULL, 0)
     os.dup2(_DEVNULL, 1)  # a stray print() in an imported module must not corrupt frames
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started us exits, and the
     # verifier starts workers from short-lived threads. EOF on stdin ends us instead.
-    config = read_frame(proto_in)
+    config = wire.read_frame(_PROTO_IN)
     if config is None:
         return
     allowed = list(config.get("allowed_modules", []))
@@ -335,44 +400,33 @@ def main() -> None:
     _ALLOWED_EXACT = frozenset(STDLIB_ALLOWED) | frozenset(allowed)
     _ALLOWED_PREFIXES = tuple(n for n in STDLIB_ALLOWED + tuple(allowed) if n != "sys")
     _SECCOMP = fence.SeccompFilter()
+    _EMPTY_ROOT = os.path.abspath("empty-root")  # cwd is the worker's private scratch dir
+    os.mkdir(_EMPTY_ROOT, 0o555)
+    _UID = fence.worker_uid(os.getpid())
     netns = fence.unshare_network() if os.geteuid() == 0 else False
     gc.collect()
     gc.freeze()  # children then leave the warm heap's pages shared (no gc writes to them)
-    write_frame(proto_out, {"ready": True, "pid": os.getpid(), "errors": errors,
-                            "netns": netns, "root": os.geteuid() == 0})
-    inputs: list = []
-    budgets: list[float] = []
-    limits: dict = {}
-    while True:
-        req = read_frame(proto_in)
-        if req is None:
-            _reap(block=True)
-            return
-        if req["op"] == "task":
-            inputs = [[[int(c) for c in row] for row in g] for g in req["inputs"]]
-            budgets = [float(b) for b in req["budgets"]]
-            # the warm heap's size, measured here once per task rather than in each child
-            limits = dict(req["limits"], vm_base_bytes=_vm_bytes())
-            write_frame(proto_out, {"ok": True})
-        elif req["op"] == "run":
-            write_frame(proto_out, run_program(req["code"], inputs, budgets, limits))
-        elif req["op"] == "ping":  # health and leak check: our own fds and memory
-            _reap(block=True)
-            write_frame(proto_out, {"ok": True, "fds": len(os.listdir("/proc/self/fd")),
-                                    "rss_kb": _rss_kb()})
-        else:
-            write_frame(proto_out, {"error": f"unknown op {req['op']!r}"})
+    # Programs live in a PID namespace of this worker's (root only); its init is the scipy
+    # zygote, forked first, which lives as long as we do.
+    pidns = fence.unshare_pids() if os.geteuid() == 0 else False
+    sub = _Sub()
+    errors.update(sub.ready())
+    wire.write_frame(_PROTO_OUT, {"ready": True, "pid": os.getpid(), "errors": errors,
+                             "netns": netns, "root": os.geteuid() == 0, "uid": _UID,
+                             "scipy_zygote": sub.pid, "pidns": pidns})
+    serve(_PROTO_IN, _PROTO_OUT, sub)
 
 
 _DEVNULL = -1
+_PROTO_IN = _PROTO_OUT = -1
 _UNREAPED: list[tuple[int, int]] = []
 _SECCOMP: fence.SeccompFilter
+_EMPTY_ROOT = ""
+_UID = -1
 _ALLOWED_EXACT: frozenset[str] = frozenset()
 _ALLOWED_PREFIXES: tuple[str, ...] = ()
 _real_import = builtins.__import__
-_dumps = json.dumps
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 if __name__ == "__main__":
-    import numpy as _np
-
     main()
