@@ -10,9 +10,10 @@ import asyncio
 from collections.abc import Sequence
 
 from common.sampling import SamplingParams
-from evolution.driver import Sampler, Verifier
+from evolution.driver import Sampler
 from verifiers.arc.grids import ArcTask
 from verifiers.arc.pool import result_from_dict
+from verifiers.arc.results import Verifier
 
 
 def pool_sampler(pool) -> Sampler:

@@ -20,12 +20,13 @@ from tqdm import tqdm
 
 from evolution.baselines import RANDOM_PRIOR, random_prior_sampler
 from evolution.config import SoarConfig
-from evolution.driver import Sampler, TaskOutcome, Verifier
+from evolution.driver import Sampler, TaskOutcome
 from evolution.learn import seed_rows, train_and_publish
 from evolution.measure import measure
 from store import Store
 from store.models import ModelVersion
 from verifiers.arc.grids import ArcTask
+from verifiers.arc.results import Verifier
 
 SEED_ONLY_NOTE = "seed-only control"
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -39,10 +39,9 @@ from evolution.voting import VoteConfig, vote
 from store import keys
 from store.archive import CandidateArchive
 from verifiers.arc.grids import ArcTask
-from verifiers.arc.results import ProgramResult
+from verifiers.arc.results import Verifier
 
 Sampler = Generate
-Verifier = Callable[[ArcTask, Sequence[str]], Awaitable[list[ProgramResult]]]
 
 
 @dataclass

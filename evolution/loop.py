@@ -32,7 +32,7 @@ from evolution.controls import (
     random_prior_control,
     seed_only_model,
 )
-from evolution.driver import SoarSearch, TaskOutcome, Verifier
+from evolution.driver import SoarSearch, TaskOutcome
 from evolution.learn import (
     find_published,
     hindsight_rows,
@@ -49,6 +49,7 @@ from training.checkpoints import publish
 from training.seed import build_seed_model
 from verifiers.arc.examples import SOLUTIONS
 from verifiers.arc.grids import ArcTask
+from verifiers.arc.results import Verifier
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,12 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from evolution import metrics
-from evolution.driver import Sampler, SearchConfig, SoarSearch, TaskOutcome, Verifier
+from evolution.driver import Sampler, SearchConfig, SoarSearch, TaskOutcome
 from evolution.filters import FilterConfig
 from evolution.voting import VoteConfig
 from store.archive import CandidateArchive
 from verifiers.arc.grids import ArcTask
+from verifiers.arc.results import Verifier
 
 SPLITS = ("demo", "heldout")
 

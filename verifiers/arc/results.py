@@ -9,10 +9,11 @@ program never saw; they are None where no expected output is known.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from verifiers.arc.grids import Grid, decode_rows, encode_rows
+from verifiers.arc.grids import ArcTask, Grid, decode_rows, encode_rows
 
 Status = Literal["ok", "error", "timeout", "memory", "invalid_output", "forbidden"]
 # Also spelled out in zygote.py (which runs alone in the sandbox and imports nothing of ours);
@@ -128,3 +129,8 @@ class ProgramResult:
                 "train": [r.to_dict() for r in self.train],
                 "test": [r.to_dict() for r in self.test],
                 "summary": self.summary()}
+
+
+# The verifier contract SOAR's driver awaits: (task, codes) -> one result per code, in order.
+# An ArcExecutor in one process or an ArcVerifierPool on Ray is adapted to it (evolution.backends).
+Verifier = Callable[[ArcTask, Sequence[str]], Awaitable[list[ProgramResult]]]
