@@ -51,8 +51,8 @@ class LearnConfig:
     from_base: bool = True  # each iteration fine-tunes the base model on all data so far (the paper); False: the previous one
     lora: bool = False  # LoRA adapters (merged into the saved checkpoint) instead of full fine-tuning
     max_steps: int = 200  # SFT steps per iteration
-    learning_rate: float = 1e-3
-    batch_size: int = 16
+    learning_rate: float = 1e-3  # SFT learning rate
+    batch_size: int = 16  # SFT rows per step
     max_length: int = 2048  # tokens per training sequence
     num_cpus: float = 1.0  # Ray CPUs reserved for the SFT task (the samplers idle meanwhile)
     # Fresh rows of model.seed's corpus mixed into every step's hindsight data (replay): a small
@@ -80,17 +80,18 @@ class ControlsConfig:
 @dataclass
 class SoarConfig:
     experiment: str = "soar"  # Redis namespace; the same name resumes
-    runs_dir: str = "runs"
+    runs_dir: str = "runs"  # outputs go to runs_dir/experiment/
     storage_path: str = ""  # checkpoints and datasets; every node must read it (default: the run dir)
     iterations: int = 1  # searches; a learning step (hindsight SFT) runs between consecutive ones
-    tasks: TaskSetConfig = field(default_factory=TaskSetConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    search: SearchConfig = field(default_factory=SearchConfig)
-    sampler: PoolConfig = field(default_factory=PoolConfig)
-    verifier: VerifierConfig = field(default_factory=VerifierConfig)
-    filters: FilterConfig = field(default_factory=FilterConfig)
-    vote: VoteConfig = field(default_factory=VoteConfig)
-    learn: LearnConfig = field(default_factory=LearnConfig)
-    controls: ControlsConfig = field(default_factory=ControlsConfig)
+    tasks: TaskSetConfig = field(default_factory=TaskSetConfig)  # which ARC tasks are searched and held out
+    model: ModelConfig = field(default_factory=ModelConfig)  # the base model (iteration 0's sampler)
+    search: SearchConfig = field(default_factory=SearchConfig)  # budgets, sampling, REX (evolution/driver.py)
+    sampler: PoolConfig = field(default_factory=PoolConfig)  # engine and Ray sampler actors (search/pool.py)
+    verifier: VerifierConfig = field(default_factory=VerifierConfig)  # sandbox actors and workers
+    filters: FilterConfig = field(default_factory=FilterConfig)  # SOAR's filters (evolution/filters.py)
+    vote: VoteConfig = field(default_factory=VoteConfig)  # the weighted majority vote (evolution/voting.py)
+    learn: LearnConfig = field(default_factory=LearnConfig)  # hindsight data and SFT between searches
+    controls: ControlsConfig = field(default_factory=ControlsConfig)  # what every model is measured against
+    # programs tried per task at which the solved-vs-programs curve is read
     curve_budgets: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6000])
     render_tasks: int = 6  # PNG renderings of this many tasks with their attempts
