@@ -174,13 +174,36 @@ def test_reload_at_085_frees_the_old_engine_first(vllm, tmp_path, swap_weights):
 
 def test_failed_swap_leaves_the_previous_version_serving(engine, tmp_path):
     llm = engine.llm
-    with pytest.raises(FileNotFoundError, match="no weights"):
+    with pytest.raises(RuntimeError, match=r"in place failed: FileNotFoundError\('no weights.*still serves .*v0"):
         engine.load(checkpoint(tmp_path, "broken", weights=False), version="v1")
     assert engine.version == "v0" and engine.llm is llm and engine.checkpoint.endswith("v0")
     row = engine.generate(["x"], SamplingParams(max_tokens=12, temperature=0))[0]
     assert row[0].model_version == "v0" and row[0].text.startswith(" v0-")
     engine.load(checkpoint(tmp_path, "v2"), version="v2")  # and the next load still works
     assert engine.generate(["x"], SamplingParams(max_tokens=12))[0][0].text.startswith(" v2-")
+
+
+def test_swap_on_a_vllm_without_in_place_reload_falls_back_to_a_fresh_engine(engine, vllm, tmp_path, monkeypatch):
+    """If the workers cannot reload (another vLLM's API), the previous version still serves,
+    from a fresh engine, and the error says how to switch in-place reload off."""
+    old = engine.llm
+
+    def no_such_method(method, *args, **kwargs):
+        raise AttributeError(f"worker has no method {method!r}")
+
+    monkeypatch.setattr(old, "collective_rpc", no_such_method)
+    with pytest.raises(RuntimeError, match="swap_weights=False"):
+        engine.load(checkpoint(tmp_path, "v1"), version="v1")
+    assert engine.llm is not old and vllm.DEVICE["engines"] == [engine.llm]
+    assert engine.version == "v0" and engine.generate(["x"], SamplingParams(max_tokens=12))[0][0].text.startswith(" v0-")
+
+
+def test_failed_restart_with_a_failed_restore_stops_the_engine(engine, vllm, tmp_path):
+    previous = Path(engine.checkpoint)
+    (previous / "fake_weights.json").unlink()  # the previous checkpoint is gone from disk too
+    with pytest.raises(FileNotFoundError):
+        engine.load(checkpoint(tmp_path, "other", layers=8, weights=False), version="v1")
+    assert engine.llm is None and engine.version is None and vllm.DEVICE["engines"] == []
 
 
 def test_failed_restart_restores_the_previous_version(engine, vllm, tmp_path):

@@ -174,7 +174,7 @@ class VLLMEngine:
             self._start(vllm, checkpoint)
         elif self.swap_weights and _fingerprint(checkpoint) == self._fingerprint:
             kind = "swap"
-            self._swap(checkpoint)
+            self._swap(vllm, checkpoint)
         else:
             kind = "restart"
             self._restart(vllm, checkpoint)
@@ -194,27 +194,36 @@ class VLLMEngine:
         self.llm.collective_rpc("update_config", args=({"model_config": {"model": checkpoint}},))
         self.llm.collective_rpc("reload_weights")
 
-    def _swap(self, checkpoint: str) -> None:
+    def _swap(self, vllm: Any, checkpoint: str) -> None:
         """vLLM's documented weight-update sequence (sleep mode, level 2): the KV cache is only
         re-allocated after the new weights are in, so peak memory stays that of one model."""
-        llm = self.llm
-        llm.sleep(level=2)
+        llm, previous = self.llm, self.checkpoint
         try:
+            llm.sleep(level=2)
             llm.wake_up(tags=["weights"])
             self._reload(checkpoint)
         except Exception as failure:
             try:  # put the previous weights back so the engine keeps serving self.version
                 llm.wake_up(tags=["weights"])
-                self._reload(self.checkpoint)
+                self._reload(previous)
                 llm.wake_up(tags=["kv_cache"])
                 llm.reset_prefix_cache()
-            except Exception as rollback:
+            except Exception as rollback:  # last resort: a fresh engine on the previous checkpoint
+                log.error("vllm engine: restoring %s in place failed (%s); restarting on it", previous, rollback)
                 self._shutdown()
-                raise RuntimeError(
-                    f"loading {checkpoint} failed ({failure}) and restoring {self.checkpoint} failed too "
-                    f"({rollback}); the engine is stopped: call load() again"
-                ) from failure
-            raise
+                try:
+                    self._start(vllm, previous)
+                except Exception:
+                    self.version = self.checkpoint = None
+                    raise RuntimeError(
+                        f"loading {checkpoint} failed ({failure}) and restoring {previous} failed too; "
+                        "the engine is stopped: call load() again"
+                    ) from failure
+            raise RuntimeError(
+                f"loading {checkpoint} in place failed: {failure!r}; the engine still serves {previous} "
+                f"({self.version}). If the checkpoint is sound, this vLLM may not support in-place weight "
+                "reload: set the engine's swap_weights=False to restart the engine on each load instead"
+            ) from failure
         llm.wake_up(tags=["kv_cache"])
         llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
 
