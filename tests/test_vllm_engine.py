@@ -241,6 +241,38 @@ def test_memory_utilization_is_derived_from_the_actors_gpu_share(vllm, tmp_path)
     assert actor_gpu_share() == 1.0  # outside a Ray actor: the whole device
 
 
+_RAY_SHARE = """
+import json, sys
+import ray
+from search.engines.vllm_engine import VLLMEngine
+
+ray.init(num_cpus=1, num_gpus=1, include_dashboard=False, log_to_driver=False,
+         runtime_env={"env_vars": {"PYTHONPATH": sys.argv[2]}})
+
+@ray.remote(num_gpus=0.5, num_cpus=0)
+def utilisation(path):
+    return VLLMEngine(path).llm.init_args["gpu_memory_utilization"]
+
+print(json.dumps(ray.get([utilisation.remote(sys.argv[1]) for _ in range(2)])))
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow  # starts its own Ray: about 30 s
+def test_a_ray_actor_with_half_a_gpu_asks_vllm_for_half_the_memory(vllm, tmp_path):
+    """In a real Ray worker given num_gpus=0.5 (one logical GPU, own Ray instance in a subprocess
+    so the session's Ray is untouched), the engine derives 0.85 x 0.5 of the device."""
+    import os
+    import subprocess
+
+    root = Path(__file__).parent.parent
+    path = os.pathsep.join([str(FAKE_VLLM), str(root), os.environ.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", _RAY_SHARE, checkpoint(tmp_path, "v0"), path], capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": path, "RAY_ADDRESS": ""}, cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [0.425, 0.425]
+
+
 def test_two_half_gpu_actors_fit_one_device(vllm, tmp_path):
     """Two actors with num_gpus=0.5 each: with the derived utilisation both pass start-up."""
     a = VLLMEngine(checkpoint(tmp_path, "a"), gpu_share=0.5)
