@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.ratchet-installed
 TOOLS ?= .venv-tools
+GPUSET ?= .venv-gpuset
 UV_VERSION := 0.13.8
 # Offline by design: nothing may fetch weights or datasets from a hub at run time.
 export HF_HUB_OFFLINE := 1
@@ -13,7 +14,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup setup-gpu check-gpu-deps gpu-check system-packages demo demo-sft demo-scaling seeds test test-all bench lint redis-down clean
+.PHONY: setup setup-gpu check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -38,6 +39,15 @@ setup-gpu: system-packages
 check-gpu-deps:
 	test -x $(TOOLS)/bin/uv || { python3 -m venv $(TOOLS) && $(TOOLS)/bin/pip install -q uv==$(UV_VERSION); }
 	UV=$(TOOLS)/bin/uv $(TOOLS)/bin/python scripts/gpu_deps.py check
+
+# The GPU set's versions of ratchet's own dependencies (transformers 5.20, fastapi 0.136, numpy
+# 2.3: vLLM's pins) on a CPU, in their own venv: the engine, serve and training tests under them.
+test-gpu-set: system-packages
+	test -x $(GPUSET)/bin/python || python3 -m venv $(GPUSET)
+	$(GPUSET)/bin/pip install -q torch==2.13.0
+	python3 scripts/gpu_deps.py cpu-constraints > $(GPUSET)/constraints.txt
+	$(GPUSET)/bin/pip install -q -c $(GPUSET)/constraints.txt -e '.[dev]' --config-settings editable_mode=compat
+	$(GPUSET)/bin/python -m pytest tests/test_engines.py tests/test_serve.py tests/test_training.py tests/test_vllm_engine.py
 
 # On a CUDA machine: the gpu-marked tests and a short SOAR search with each engine (minutes).
 gpu-check: setup-gpu

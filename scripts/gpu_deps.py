@@ -2,6 +2,7 @@
 
     python scripts/gpu_deps.py lock    # rewrite constraints/gpu.txt (after changing pyproject or vllm's pin)
     python scripts/gpu_deps.py check   # what `make check-gpu-deps` runs (CI can call it)
+    python scripts/gpu_deps.py cpu-constraints   # the GPU set less torch, for `make test-gpu-set`
 
 vLLM pins older releases of packages ratchet also uses (transformers, fastapi, numpy, torch),
 so pyproject gives ranges whose top is the tested CPU set, and constraints/gpu.txt pins the
@@ -97,7 +98,15 @@ def check() -> None:
     print(f"CPU set unchanged: {len(cpu)} packages, " + ", ".join(f"{k} {v}" for k, v in sorted(tops.items())))
 
 
+def cpu_constraints() -> None:
+    """Print the GPU set without its torch pin: ratchet's own dependencies at the versions GPU
+    machines get (transformers, fastapi, numpy...), installable beside the CPU torch."""
+    for line in CONSTRAINTS.read_text().splitlines():
+        if not re.match(r"^torch==", line):
+            print(line)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=["lock", "check"])
-    {"lock": lock, "check": check}[parser.parse_args().command]()
+    parser.add_argument("command", choices=["lock", "check", "cpu-constraints"])
+    {"lock": lock, "check": check, "cpu-constraints": cpu_constraints}[parser.parse_args().command]()
