@@ -14,7 +14,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup setup-gpu check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling seeds test test-all bench lint redis-down clean
+.PHONY: setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -36,9 +36,15 @@ setup-gpu: system-packages
 # Proves from the registry's metadata alone (no GPU, no wheel downloads) that the GPU set
 # resolves and that the CPU set is unchanged. Not part of `make test`: it needs the registry.
 # uv resolves (pip's --dry-run would download every CUDA wheel); it lives in its own venv.
-check-gpu-deps:
-	test -x $(TOOLS)/bin/uv || { python3 -m venv $(TOOLS) && $(TOOLS)/bin/pip install -q uv==$(UV_VERSION); }
+check-gpu-deps: $(TOOLS)/bin/uv
 	UV=$(TOOLS)/bin/uv $(TOOLS)/bin/python scripts/gpu_deps.py check
+
+# Rewrite constraints/gpu.txt after a dependency change (then make check-gpu-deps).
+gpu-lock: $(TOOLS)/bin/uv
+	UV=$(TOOLS)/bin/uv $(TOOLS)/bin/python scripts/gpu_deps.py lock
+
+$(TOOLS)/bin/uv:
+	python3 -m venv $(TOOLS) && $(TOOLS)/bin/pip install -q uv==$(UV_VERSION)
 
 # The GPU set's versions of ratchet's own dependencies (transformers 5.20, fastapi 0.136, numpy
 # 2.3: vLLM's pins) on a CPU, in their own venv: the engine, serve and training tests under them.
