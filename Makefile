@@ -5,13 +5,16 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.ratchet-installed
+TOOLS ?= .venv-tools
+GPUSET ?= .venv-gpuset
+UV_VERSION := 0.13.8
 # Offline by design: nothing may fetch weights or datasets from a hub at run time.
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup setup-gpu system-packages demo demo-sft demo-scaling seeds test test-all bench lint redis-down clean
+.PHONY: setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -23,11 +26,38 @@ $(STAMP): pyproject.toml
 	$(PIP) install -q -e '.[dev]' --config-settings editable_mode=compat
 	touch $@
 
-# GPU machines: vLLM brings the torch it pins (within pyproject's range).
-setup-gpu:
+# GPU machines: `.[gpu]` with constraints/gpu.txt, the set vLLM accepts (it pins older torch,
+# transformers, fastapi and numpy than the CPU set; pyproject's ranges admit both).
+setup-gpu: system-packages
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install -e '.[gpu,dev]' --config-settings editable_mode=compat
+	$(PIP) install -c constraints/gpu.txt -e '.[gpu,dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
+
+# Proves from the registry's metadata alone (no GPU, no wheel downloads) that the GPU set
+# resolves and that the CPU set is unchanged. Not part of `make test`: it needs the registry.
+# uv resolves (pip's --dry-run would download every CUDA wheel); it lives in its own venv.
+check-gpu-deps: $(TOOLS)/bin/uv
+	UV=$(TOOLS)/bin/uv $(TOOLS)/bin/python scripts/gpu_deps.py check
+
+# Rewrite constraints/gpu.txt after a dependency change (then make check-gpu-deps).
+gpu-lock: $(TOOLS)/bin/uv
+	UV=$(TOOLS)/bin/uv $(TOOLS)/bin/python scripts/gpu_deps.py lock
+
+$(TOOLS)/bin/uv:
+	python3 -m venv $(TOOLS) && $(TOOLS)/bin/pip install -q uv==$(UV_VERSION)
+
+# The GPU set's versions of ratchet's own dependencies (transformers 5.20, fastapi 0.136, numpy
+# 2.3: vLLM's pins) on a CPU, in their own venv: the engine, serve and training tests under them.
+test-gpu-set: system-packages
+	test -x $(GPUSET)/bin/python || python3 -m venv $(GPUSET)
+	$(GPUSET)/bin/pip install -q torch==2.13.0
+	python3 scripts/gpu_deps.py cpu-constraints > $(GPUSET)/constraints.txt
+	$(GPUSET)/bin/pip install -q -c $(GPUSET)/constraints.txt -e '.[dev]' --config-settings editable_mode=compat
+	$(GPUSET)/bin/python -m pytest tests/test_engines.py tests/test_serve.py tests/test_training.py tests/test_vllm_engine.py
+
+# On a CUDA machine: the gpu-marked tests and a short SOAR search with each engine (minutes).
+gpu-check: setup-gpu
+	bash scripts/gpu_check.sh
 
 # redis-server for the local store; libseccomp2 for the ARC sandbox's system-call filter.
 system-packages:

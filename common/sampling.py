@@ -37,7 +37,7 @@ def _compiles(pattern: str) -> bool:
 @dataclass(frozen=True)
 class SamplingParams:
     n: int = 1  # completions per prompt
-    temperature: float = 1.0  # 0 = greedy
+    temperature: float = 1.0  # 0 = greedy; at most 2 (vLLM's and OpenAI's limit)
     top_p: float = 1.0  # nucleus mass, (0, 1]
     top_k: int = 0  # 0 (or vLLM's -1) = disabled
     min_p: float = 0.0  # drop tokens below min_p * p(max), [0, 1]
@@ -59,7 +59,7 @@ class SamplingParams:
             object.__setattr__(self, "top_k", 0)
         checks = [
             ("n", isinstance(self.n, int) and self.n >= 1, "an integer >= 1"),
-            ("temperature", self.temperature >= 0, ">= 0 (0 means greedy)"),
+            ("temperature", 0 <= self.temperature <= 2, "in [0, 2] (0 means greedy; vLLM rejects more than 2)"),
             ("top_p", 0 < self.top_p <= 1, "in (0, 1]"),
             ("top_k", isinstance(self.top_k, int) and self.top_k >= 0, "0/-1 (disabled) or a positive integer"),
             ("min_p", 0 <= self.min_p <= 1, "in [0, 1]"),

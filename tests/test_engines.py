@@ -1,5 +1,6 @@
 """Engines: the sampling contract, the transformers engine on tiny models, the openai engine's
-retries (on a mock transport; tests/test_serve.py runs it against the real service), vLLM on GPU."""
+retries (on a mock transport; tests/test_serve.py runs it against the real service). The vLLM
+engine's tests are in tests/test_vllm_engine.py."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import httpx
 import pytest
 from _models import GREEDY, build_models, expected
 
+from common.sampling import ContextLengthError, SamplingParams, render_prompt, truncate_at_stop
 from search.engines import ENGINES, make_engine
 from search.engines.openai_engine import OpenAIEngine
-from common.sampling import ContextLengthError, SamplingParams, render_prompt, truncate_at_stop
 
 PROMPTS = ["map 3 1 4 =>", "map 1 2 3 4 5 6 =>", "map 8 =>", "map 0 9 =>"]
 
@@ -189,39 +190,6 @@ def test_openai_engine_batches_text_prompts_per_request():
     engine, seen = _mock_engine([], prompts_per_request=2)
     rows = engine.generate(["a", "b", "c"], SamplingParams(n=1))
     assert [len(b["prompt"]) for b in seen] == [2, 1] and len(rows) == 3
-
-
-# --- vLLM --------------------------------------------------------------------------
-
-def test_vllm_engine_without_vllm_says_how_to_install():
-    pytest.importorskip("torch")
-    try:
-        import vllm  # noqa: F401
-    except ImportError:
-        with pytest.raises(ImportError, match=r"pip install -e '\.\[gpu\]'"):
-            make_engine("vllm", checkpoint="/any")
-    else:
-        pytest.skip("vllm is installed: the gpu test covers it")
-
-
-@pytest.mark.gpu
-def test_vllm_engine_matches_the_contract_on_gpu(models):
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("vllm")
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    engine = make_engine("vllm", checkpoint=models["trained"], version="v0", gpu_memory_utilization=0.3)
-    rows = engine.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=8, n=2))
-    assert [row[0].text for row in rows] == [expected(p) for p in PROMPTS]
-    assert all(len(row) == 2 and row[0].model_version == "v0" for row in rows)
-    seeded = SamplingParams(n=3, temperature=1.0, max_tokens=8, seed=1)
-    assert engine.generate(PROMPTS, seeded) == engine.generate(PROMPTS, seeded)
-    chat = engine.generate([[{"role": "user", "content": "map 1 =>"}]], SamplingParams(n=2, max_tokens=4))
-    assert len(chat[0]) == 2
-    with pytest.raises(ContextLengthError):
-        engine.generate(["map " * 1000], GREEDY)
-    engine.load(models["untrained"], version="v1")
-    assert engine.generate(["map 1 =>"], GREEDY)[0][0].model_version == "v1"
 
 
 def test_sampling_params_regex_must_compile():

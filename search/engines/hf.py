@@ -11,6 +11,7 @@ unlike vLLM's per-request seeds, a row's sample also depends on the batch it sha
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -129,11 +130,13 @@ class TransformersEngine:
         if len(prompt_ids) < 2:
             return self._generate_batch([prompt_ids] * n, params)
         cache = DynamicCache(config=self.model.config)
-        self.model(input_ids=torch.tensor([prompt_ids[:-1]], device=self.device), cache=cache, use_cache=True)
+        # transformers 5.2x renamed past_key_values to cache; the GPU set (vLLM's pin) has the old name.
+        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        self.model(input_ids=torch.tensor([prompt_ids[:-1]], device=self.device), **{name: cache}, use_cache=True)
         cache.batch_repeat_interleave(n)
         input_ids = torch.tensor([prompt_ids] * n, device=self.device)
         out = self.model.generate(
-            input_ids=input_ids, attention_mask=torch.ones_like(input_ids), cache=cache,
+            input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **{name: cache},
             generation_config=self._generation_config(params), tokenizer=self.tokenizer if params.stop else None,
             logits_processor=self._processors(params, len(prompt_ids)),
         )

@@ -1,19 +1,37 @@
 """The vLLM engine: offline `vllm.LLM` on a GPU, for real sampling throughput.
 
-vLLM is imported lazily (it exists only with `pip install .[gpu]` on CUDA machines). The
-model's own generation_config is ignored (`generation_config="vllm"`) so the sampling
-defaults match the other engines. Tested by the `gpu`-marked test in tests/test_engines.py:
+vLLM is imported lazily (it exists only with `make setup-gpu` on CUDA machines). What it
+needs that the other engines do not, each for a reason vLLM's own code gives:
+- greedy requests are sent with n=1 and copied: vLLM rejects n > 1 below temperature 1e-5;
+- one `vllm.SamplingParams` per prompt, each with its own seed derived from params.seed, so
+  identical prompts in one call (a parent refined twice) get different samples;
+- the model's generation_config is ignored (`generation_config="vllm"`) so the sampling
+  defaults match the other engines, but its extra `eos_token_id`s are sent as stop tokens,
+  so generation still stops where the model expects;
+- a version switch keeps the engine and swaps weights in place (sleep level 2, wake the
+  weights, point the workers at the new checkpoint, reload, wake the KV cache); a checkpoint
+  of another architecture or tokenizer restarts the engine, shutting the old one down first
+  (its CUDA memory lives in vLLM's engine process: dropping the Python object frees nothing).
+  A failed load leaves the previous version serving;
+- finish reasons other than stop/length (abort, error) raise;
+- `gpu_memory_utilization` is a fraction of the whole device: it is derived from the
+  actor's GPU share unless given;
+- regexes are checked in the dialect of vLLM's structured-output backends (regex_dialect.py).
 
-    pip install -e '.[gpu]' && pytest -m gpu tests/test_engines.py
+Tested against a stand-in of vLLM's API in tests/test_vllm_engine.py, and on a GPU by its
+gpu-marked tests (`make gpu-check`).
 """
 
 from __future__ import annotations
 
-import gc
+import hashlib
+import json
+import logging
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from search.engines.base import default_version
 from common.sampling import (
     Completion,
     Prompt,
@@ -22,14 +40,16 @@ from common.sampling import (
     context_error,
     render_prompt,
 )
+from search.engines.base import default_version
+from search.engines.regex_dialect import check_vllm_regex
 
+log = logging.getLogger(__name__)
 
-def _structured(regex: str | None):
-    if regex is None:
-        return None
-    from vllm.sampling_params import StructuredOutputsParams
-
-    return StructuredOutputsParams(regex=regex)
+GREEDY_BELOW = 1e-5  # vLLM samples greedily below this temperature, and then requires n=1
+DEFAULT_MEMORY_FRACTION = 0.85  # of the actor's share of the GPU, when gpu_memory_utilization is not given
+# config.json keys that may differ between two checkpoints whose weights are swappable in place
+_VOLATILE_CONFIG_KEYS = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache"}
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt")
 
 
 def _import_vllm():
@@ -37,10 +57,61 @@ def _import_vllm():
         import vllm
     except ImportError as e:
         raise ImportError(
-            "engine 'vllm' needs the vllm package (CUDA machines only): pip install -e '.[gpu]'; "
-            "on CPU use engine 'transformers'"
+            "engine 'vllm' needs the vllm package (CUDA machines only): make setup-gpu "
+            "(pip install -c constraints/gpu.txt -e '.[gpu]'); on CPU use engine 'transformers'"
         ) from e
     return vllm
+
+
+def actor_gpu_share() -> float:
+    """The fraction of one GPU this process was given: Ray's assigned GPU resource inside a
+    Ray actor or task (0.5 for num_gpus=0.5), else 1 (the whole device)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 0))
+            if share > 0:
+                return min(share, 1.0)  # several GPUs: the utilisation applies to each
+    except Exception:  # no Ray, or not inside a worker: the whole device is ours
+        pass
+    return 1.0
+
+
+def request_seed(seed: int | None, prompt_index: int) -> int | None:
+    """The seed of prompt `prompt_index`'s request: distinct per prompt, fixed by `seed`."""
+    if seed is None:
+        return None
+    digest = hashlib.blake2b(f"{seed}:{prompt_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1  # a non-negative 63-bit integer
+
+
+def extra_eos_ids(checkpoint: str, eos_token_id: int | None) -> list[int]:
+    """EOS ids the checkpoint declares (generation_config.json, config.json) besides the
+    tokenizer's: vLLM stops on those only through generation_config, which we ignore."""
+    ids: set[int] = set()
+    for name in ("generation_config.json", "config.json"):
+        path = Path(checkpoint) / name
+        if not path.is_file():
+            continue
+        value = json.loads(path.read_text()).get("eos_token_id")
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(v for v in value if isinstance(v, int))
+    ids.discard(eos_token_id)
+    return sorted(ids)
+
+
+def _fingerprint(checkpoint: str) -> tuple:
+    """What must match for an in-place weight swap: architecture and tokenizer."""
+    config = json.loads((Path(checkpoint) / "config.json").read_text())
+    arch = {k: v for k, v in config.items() if k not in _VOLATILE_CONFIG_KEYS}
+    files = tuple(
+        hashlib.sha256((Path(checkpoint) / f).read_bytes()).hexdigest() if (Path(checkpoint) / f).is_file() else None
+        for f in _TOKENIZER_FILES
+    )
+    return json.dumps(arch, sort_keys=True), files
 
 
 class VLLMEngine:
@@ -50,70 +121,195 @@ class VLLMEngine:
         *,
         version: str | None = None,
         dtype: str = "auto",
-        gpu_memory_utilization: float = 0.85,  # of the GPU this actor was given
+        # vLLM's meaning: a fraction of the WHOLE device (weights + activations + KV cache),
+        # not of this actor's share. None: memory_fraction x the actor's GPU share.
+        gpu_memory_utilization: float | None = None,
+        memory_fraction: float = DEFAULT_MEMORY_FRACTION,  # of the actor's share, when the above is None
+        gpu_share: float | None = None,  # the actor's fraction of the GPU; None: Ray's assignment, else 1
         max_model_len: int | None = None,  # None: the model's max_position_embeddings
         seed: int = 0,  # engine seed; requests with params.seed are reproducible on their own
         enforce_eager: bool = False,  # True skips CUDA graph capture: faster load, slower decode
+        swap_weights: bool = True,  # switch versions in place with sleep mode (False: restart the engine)
         llm_kwargs: dict[str, Any] | None = None,  # any further vllm.LLM arguments
     ):
+        if gpu_memory_utilization is None:
+            if not 0 < memory_fraction <= 1:
+                raise ValueError(f"memory_fraction={memory_fraction} must be in (0, 1]")
+            share = actor_gpu_share() if gpu_share is None else gpu_share
+            if not 0 < share <= 1:
+                raise ValueError(f"gpu_share={share} must be in (0, 1]: the actor's fraction of one GPU")
+            gpu_memory_utilization = round(memory_fraction * share, 4)
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1] (a fraction of the device)")
+        self.swap_weights = swap_weights
         self.llm_args: dict[str, Any] = dict(
             dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-            seed=seed, enforce_eager=enforce_eager, **(llm_kwargs or {}),
+            seed=seed, enforce_eager=enforce_eager, generation_config="vllm",
+            enable_sleep_mode=swap_weights, **(llm_kwargs or {}),
         )
         self.llm: Any = None
         self.tokenizer: Any = None
+        self.checkpoint: str | None = None
+        self._fingerprint: tuple | None = None  # architecture + tokenizer of self.checkpoint
         self.version: str | None = None
         self.context_length: int | None = None
+        self.stop_token_ids: list[int] = []
+        self.last_load_s: float | None = None  # seconds the last successful load took
+        self.last_load_kind: str | None = None  # "start", "swap" or "restart"
         if checkpoint is not None:
             self.load(checkpoint, version)
 
+    # --- loading -------------------------------------------------------------------
+
     def load(self, checkpoint: str, version: str | None = None) -> None:
         vllm = _import_vllm()
-        if self.llm is not None:
-            # One LLM per GPU at a time: free the old engine's weights and KV cache first.
-            self.llm = self.tokenizer = None
-            gc.collect()
-            import torch
-
-            torch.cuda.empty_cache()
-        self.llm = vllm.LLM(model=checkpoint, generation_config="vllm", **self.llm_args)
-        self.tokenizer = self.llm.get_tokenizer()
-        self.context_length = self.llm.llm_engine.model_config.max_model_len
+        if not (Path(checkpoint) / "config.json").is_file():
+            raise FileNotFoundError(
+                f"checkpoint {checkpoint} has no config.json; pass a Hugging Face checkpoint directory "
+                f"(engine still serving {self.version!r})"
+            )
+        started = time.perf_counter()
+        if self.llm is None:
+            kind = "start"
+            self._start(vllm, checkpoint)
+        elif self.swap_weights and _fingerprint(checkpoint) == self._fingerprint:
+            kind = "swap"
+            self._swap(vllm, checkpoint)
+        else:
+            kind = "restart"
+            self._restart(vllm, checkpoint)
+        self.checkpoint, self._fingerprint = checkpoint, _fingerprint(checkpoint)
         self.version = version or default_version(checkpoint)
+        self.stop_token_ids = extra_eos_ids(checkpoint, getattr(self.tokenizer, "eos_token_id", None))
+        self.last_load_s, self.last_load_kind = time.perf_counter() - started, kind
+        log.info("vllm engine: %s of %s (%s) took %.1f s", kind, checkpoint, self.version, self.last_load_s)
+
+    def _start(self, vllm: Any, checkpoint: str) -> None:
+        llm = vllm.LLM(model=checkpoint, **self.llm_args)
+        self.llm, self.tokenizer = llm, llm.get_tokenizer()
+        self.context_length = llm.llm_engine.model_config.max_model_len
+
+    def _reload(self, checkpoint: str) -> None:
+        """Point every worker at `checkpoint` and load its weights into the existing buffers."""
+        self.llm.collective_rpc("update_config", args=({"model_config": {"model": checkpoint}},))
+        self.llm.collective_rpc("reload_weights")
+
+    def _swap(self, vllm: Any, checkpoint: str) -> None:
+        """vLLM's documented weight-update sequence (sleep mode, level 2): the KV cache is only
+        re-allocated after the new weights are in, so peak memory stays that of one model."""
+        llm, previous = self.llm, self.checkpoint
+        try:
+            llm.sleep(level=2)
+            llm.wake_up(tags=["weights"])
+            self._reload(checkpoint)
+        except Exception as failure:
+            try:  # put the previous weights back so the engine keeps serving self.version
+                llm.wake_up(tags=["weights"])
+                self._reload(previous)
+                llm.wake_up(tags=["kv_cache"])
+                llm.reset_prefix_cache()
+            except Exception as rollback:  # last resort: a fresh engine on the previous checkpoint
+                log.error("vllm engine: restoring %s in place failed (%s); restarting on it", previous, rollback)
+                self._shutdown()
+                try:
+                    self._start(vllm, previous)
+                except Exception:
+                    self.version = self.checkpoint = None
+                    raise RuntimeError(
+                        f"loading {checkpoint} failed ({failure}) and restoring {previous} failed too; "
+                        "the engine is stopped: call load() again"
+                    ) from failure
+            raise RuntimeError(
+                f"loading {checkpoint} in place failed: {failure!r}; the engine still serves {previous} "
+                f"({self.version}). If the checkpoint is sound, this vLLM may not support in-place weight "
+                "reload: set the engine's swap_weights=False to restart the engine on each load instead"
+            ) from failure
+        llm.wake_up(tags=["kv_cache"])
+        llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
+
+    def _restart(self, vllm: Any, checkpoint: str) -> None:
+        previous = self.checkpoint
+        self._shutdown()  # free the device first: two engines at ~0.85 each cannot coexist
+        try:
+            self._start(vllm, checkpoint)
+        except Exception:
+            try:
+                self._start(vllm, previous)
+            except Exception as restore:
+                log.error("vllm engine: restoring %s after a failed load failed too: %s", previous, restore)
+                self.version = self.checkpoint = None
+            raise
+
+    def _shutdown(self) -> None:
+        """Stop vLLM's engine process, which holds the CUDA memory."""
+        llm, self.llm, self.tokenizer = self.llm, None, None
+        if llm is None:
+            return
+        shutdown = getattr(llm, "shutdown", None) or llm.llm_engine.engine_core.shutdown
+        shutdown()
+
+    def close(self) -> None:
+        """Stop the engine and give its GPU memory back."""
+        self._shutdown()
+        self.version = self.checkpoint = None
+
+    # --- generation ----------------------------------------------------------------
+
+    def _request_params(self, vllm: Any, params: SamplingParams, n: int, seed: int | None) -> Any:
+        structured = None
+        if params.regex is not None:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            structured = StructuredOutputsParams(regex=params.regex)
+        return vllm.SamplingParams(
+            n=n, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
+            min_p=params.min_p, max_tokens=params.max_tokens, stop=list(params.stop) or None,
+            stop_token_ids=list(self.stop_token_ids) or None, seed=seed, structured_outputs=structured,
+        )
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         if self.llm is None:
             raise RuntimeError("no checkpoint loaded: call load(checkpoint) first")
         vllm = _import_vllm()
+        if params.regex is not None:
+            check_vllm_regex(params.regex)
         texts = [render_prompt(self.tokenizer, p) for p in prompts]
         # Check lengths here so an over-long prompt fails alone with the same error as elsewhere.
         for i, (p, text) in enumerate(zip(prompts, texts, strict=True)):
             length = len(self.tokenizer(text, add_special_tokens=isinstance(p, str))["input_ids"])
             if length + params.max_tokens > self.context_length:
                 raise context_error(i, length, params.max_tokens, self.context_length)
-        sampling = vllm.SamplingParams(
-            n=params.n, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
-            min_p=params.min_p, max_tokens=params.max_tokens, stop=list(params.stop) or None,
-            seed=params.seed,
-            structured_outputs=_structured(params.regex),
-        )
+        greedy = params.temperature < GREEDY_BELOW
+        n = 1 if greedy else params.n  # greedy samples are identical: sample once, copy below
+        per_prompt = [self._request_params(vllm, params, n, request_seed(params.seed, i)) for i in range(len(prompts))]
         # Chat text already holds the template's special tokens: pass token ids so vLLM adds none.
         inputs = [
             text if isinstance(p, str)
             else {"prompt_token_ids": self.tokenizer(text, add_special_tokens=False)["input_ids"]}
             for p, text in zip(prompts, texts, strict=True)
         ]
-        outputs = self.llm.generate(inputs, sampling, use_tqdm=False)
+        outputs = self.llm.generate(inputs, per_prompt, use_tqdm=False)
         results = [
             [
                 Completion(
-                    text=o.text, finish_reason="length" if o.finish_reason == "length" else "stop",
+                    text=o.text, finish_reason=_finish_reason(o.finish_reason, i),
                     prompt_tokens=len(out.prompt_token_ids), completion_tokens=len(o.token_ids),
                     model_version=self.version,
                 )
                 for o in out.outputs
             ]
-            for out in outputs
+            for i, out in enumerate(outputs)
         ]
+        if greedy:
+            results = [[row[0]] + [Completion(**row[0].to_dict()) for _ in range(params.n - 1)] for row in results]
         check_counts(results, len(prompts), params.n, "vllm engine")
         return results
+
+
+def _finish_reason(reason: str | None, prompt_index: int) -> str:
+    if reason in ("stop", "length"):
+        return reason
+    raise RuntimeError(
+        f"vLLM finished a sample of prompt {prompt_index} with finish_reason={reason!r} (not stop or length): "
+        "the request was aborted or failed inside the engine; see vLLM's log, then retry the call"
+    )
