@@ -28,10 +28,10 @@ from typing import Any, Literal
 import numpy as np
 
 from common.config import dump_yaml, load_config, to_dict
-from search.arith_problems import arith_triples, make_problems
-from search.curves import LABELS, Curves, CurvesConfig, compute_curves, plot_curves
-from search.scaling_pool import ScoredPool
-from search.scaling_sampling import SamplingPlan, ScalingSampler
+from search.scaling.arith_problems import arith_triples, make_problems
+from search.scaling.curves import LABELS, Curves, CurvesConfig, compute_curves, plot_curves
+from search.scaling.pool import ScoredPool
+from search.scaling.sampling import SamplingPlan, ScalingSampler
 from common.sampling import Completion, Prompt, SamplingParams
 from store import Store
 from store.codehash import content_hash
@@ -43,7 +43,7 @@ CPUS_PER_SAMPLER = 1.0  # each sampler actor's CPU share; engines use that many 
 
 
 def demo_seed() -> SeedConfig:
-    return SeedConfig(preset="tiny", corpus="search.arith_problems:seed_corpus", n=4000, max_steps=600,
+    return SeedConfig(preset="tiny", corpus="search.scaling.arith_problems:seed_corpus", n=4000, max_steps=600,
                       max_length=256)
 
 

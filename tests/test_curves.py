@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from search.curves import CurvesConfig, bootstrap_ci, compute_curves, plot_curves, powers_up_to
-from search.scaling_pool import ScoredPool, synthetic_pool
+from search.scaling.curves import CurvesConfig, bootstrap_ci, compute_curves, plot_curves, powers_up_to
+from search.scaling.pool import ScoredPool, synthetic_pool
 
 
 def test_powers_up_to_ends_at_n():

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from search.scaling_pool import ScoredPool, mean_verdict, synthetic_pool
-from search.strategies import STRATEGIES, Draws, StrategyOptions, get_strategy, pass_at_k_estimate
-from search.strategies import reference as ref
-from search.strategies.best_of_n import best_rank_weights
-from search.strategies.verification import cap_per_class, verdict_means
+from search.scaling.pool import ScoredPool, mean_verdict, synthetic_pool
+from search.scaling.strategies import STRATEGIES, Draws, StrategyOptions, get_strategy, pass_at_k_estimate
+from search.scaling.strategies import reference as ref
+from search.scaling.strategies.best_of_n import best_rank_weights
+from search.scaling.strategies.verification import cap_per_class, verdict_means
 
 
 def hand_pool(answers, correct_classes, verdicts, compare=None) -> ScoredPool:

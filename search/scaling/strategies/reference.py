@@ -11,8 +11,8 @@ from collections import Counter
 
 import numpy as np
 
-from search.scaling_pool import ScoredPool
-from search.strategies.base import EPS, StrategyOptions
+from search.scaling.pool import ScoredPool
+from search.scaling.strategies.base import EPS, StrategyOptions
 
 
 def _mean(verdicts: list[int]) -> float:

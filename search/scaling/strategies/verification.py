@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from search.scaling_pool import ScoredPool
-from search.strategies.base import (
+from search.scaling.pool import ScoredPool
+from search.scaling.strategies.base import (
     EPS,
     Draws,
     StrategyOptions,

@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from search.scaling_pool import ScoredPool
-from search.strategies import STRATEGIES, USES_VERDICTS, Draws, StrategyOptions, get_strategy
+from search.scaling.pool import ScoredPool
+from search.scaling.strategies import STRATEGIES, USES_VERDICTS, Draws, StrategyOptions, get_strategy
 
 Subset = Literal["all", "ambiguous"]
 
@@ -34,7 +34,7 @@ def powers_up_to(n: int) -> list[int]:
 
 @dataclass
 class CurvesConfig:
-    strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))  # names in search.strategies.STRATEGIES
+    strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))  # names in search.scaling.strategies.STRATEGIES
     k_values: list[int] = field(default_factory=list)  # candidates per point; empty: 1, 2, 4, ..., k_inf
     k_verif_values: list[int] = field(default_factory=list)  # verdicts per candidate; empty: 1, 2, 4, ..., k_verif
     seeds: int = 20  # subsamples averaged per point

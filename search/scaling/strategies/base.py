@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from search.scaling_pool import ScoredPool
+from search.scaling.pool import ScoredPool
 
 # Scores within this float slack of the top-group boundary count as inside it.
 EPS = 1e-9
