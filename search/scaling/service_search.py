@@ -4,24 +4,37 @@
                                      params=SamplingParams(temperature=1.0, max_tokens=512))
     result.text, result.candidates    # the selected response, and what it was chosen from
 
-This is Verification@k run for real (the scaling job computes its curves from a stored
-pool instead): the top group is every candidate within `top_margin` of the best mean
-verdict, and when it disagrees on the final answer, `k_tie` pairwise comparisons are
-spread round-robin over its cross-answer pairs, alternating which response comes first
-(so position bias cancels); the candidate with the best win rate is selected. `verify=0`
-falls back to majority vote over final answers (Consistency@k).
-`generate` is any async `(prompts, params) -> list[list[Completion]]`: SamplerPool.generate,
-or `asyncio.to_thread` around an engine's generate.
+This is Verification@k run for real with the same selection code as the offline curves
+(search.scaling.selection): scores count unparsable verdicts as 0, candidates without a final
+answer are never selected while another has one, an optional preliminary round keeps the
+best-scored few per answer, and a top group that disagrees on the answer plays k_tie
+comparisons per matchup (half in each order, so position bias cancels); the candidate with
+the most wins is selected. `verify=0` falls back to majority vote over final answers
+(Consistency@k, a tied vote settled at random). Identical requests are never sent twice
+(search.scaling.requests). `generate` is any async `(prompts, params) -> list[list[Completion]]`:
+SamplerPool.generate, or `asyncio.to_thread` around an engine's generate.
 """
 
 from __future__ import annotations
 
-import itertools
+import random
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
+import numpy as np
+
 from common.sampling import Completion, Generate, Prompt, SamplingParams
+from search.scaling.requests import generate_each
+from search.scaling.selection import (
+    SelectionOptions,
+    matchups,
+    preliminary_keep,
+    shortlist,
+    tie_plan,
+    tie_winner,
+    verdict_score,
+)
 from verifiers.math_answers import extract_answer, group_answers
 from verifiers.selfverify import (
     compare_prompt,
@@ -36,18 +49,29 @@ from verifiers.selfverify import (
 class SearchOptions:
     k: int = 16  # candidates sampled
     verify: int = 8  # self-verification verdicts per candidate; 0 = majority vote only
-    k_tie: int = 16  # pairwise comparisons when the top group disagrees on the answer
-    top_margin: float = 0.05  # candidates within this of the best mean verdict form the top group
+    k_tie: int = 4  # pairwise comparisons per matchup when the top group disagrees on the answer
+    top_margin: float = 0.05  # candidates within this of the best score form the top group
+    tie_break: bool = True  # False: the best-scored candidate, no comparisons
+    preliminary: int = 0  # verdicts of a preliminary round (0: none); survivors get the rest
+    preliminary_threshold: float = 0.2  # the preliminary round drops candidates scoring below this
+    max_per_answer: int = 15  # the preliminary round keeps the best this many per answer
     style: Literal["full", "compact"] = "full"  # verifiers.selfverify prompt style
     verify_temperature: float = 1.0  # verdicts and comparisons are sampled at this temperature
     verify_max_tokens: int = 1024  # room for the rewrite-and-scan before the verdict
 
     def __post_init__(self):
-        for name, low in (("k", 1), ("verify", 0), ("k_tie", 0), ("verify_max_tokens", 1)):
+        for name, low in (("k", 1), ("verify", 0), ("k_tie", 0), ("preliminary", 0), ("verify_max_tokens", 1)):
             if getattr(self, name) < low:
                 raise ValueError(f"search.{name}={getattr(self, name)} must be >= {low}")
-        if not 0 <= self.top_margin < 1:
-            raise ValueError(f"search.top_margin={self.top_margin} must be in [0, 1)")
+        if self.preliminary > self.verify:
+            raise ValueError(f"search.preliminary={self.preliminary} must be <= search.verify={self.verify}")
+        self.selection()  # validates the shared fields
+
+    def selection(self) -> SelectionOptions:
+        return SelectionOptions(top_margin=self.top_margin, tie_break=self.tie_break, k_tie=self.k_tie,
+                                preliminary=self.preliminary > 0, n_preliminary=max(1, self.preliminary),
+                                preliminary_threshold=self.preliminary_threshold,
+                                max_per_answer=self.max_per_answer)
 
     @classmethod
     def from_request(cls, body: dict[str, Any]) -> SearchOptions:
@@ -65,9 +89,8 @@ class Candidate:
     answer: str | None
     answer_id: int  # equivalence class of the final answer; -1 = none
     verdicts: list[int] = field(default_factory=list)  # 1, 0, -1 (unparsable)
-    score: float = -1.0  # mean parsable verdict; -1 when none parsed
-    wins: int = 0
-    games: int = 0
+    score: float = 0.0  # share of 1 verdicts (unparsable ones count as 0)
+    wins: int = 0  # comparisons won in the tie-break
 
 
 @dataclass
@@ -75,7 +98,7 @@ class SearchResult:
     index: int  # of the selected candidate
     text: str
     answer: str | None
-    method: Literal["majority", "unanimous_top", "tie_break"]
+    method: Literal["majority", "unanimous_top", "best_score", "tie_break"]
     candidates: list[Candidate]
     comparisons: list[tuple[int, int, int]]  # (first, second, verdict 1|2|-1)
     completion: Completion | None = None  # the selected sample as the engine returned it
@@ -96,25 +119,14 @@ def question_of(prompt: Prompt) -> str:
     return users[-1] if users else prompt[-1]["content"]
 
 
-def _majority(cands: list[Candidate]) -> int:
+def _majority(cands: list[Candidate], rng: random.Random) -> int:
+    """A member of the most common answer; a tied vote goes to a random tied answer."""
     votes = Counter(c.answer_id for c in cands if c.answer_id >= 0)
     if not votes:
         return 0
     best = max(votes.values())
-    winner = next(a for a, n in votes.items() if n == best)  # first-seen answer among the tied
+    winner = rng.choice(sorted(a for a, n in votes.items() if n == best))
     return next(i for i, c in enumerate(cands) if c.answer_id == winner)
-
-
-def tie_pairs(top: list[int], cands: list[Candidate], k_tie: int) -> list[tuple[int, int]]:
-    """k_tie ordered pairs, round-robin over the top group's cross-answer pairs, orders alternating."""
-    pairs = [(i, j) for i, j in itertools.combinations(top, 2) if cands[i].answer_id != cands[j].answer_id]
-    out = []
-    for r in range(k_tie):
-        if not pairs:
-            break
-        i, j = pairs[r % len(pairs)]
-        out.append((i, j) if (r // len(pairs)) % 2 == 0 else (j, i))
-    return out
 
 
 async def search_and_select(
@@ -125,43 +137,63 @@ async def search_and_select(
     question = question if question is not None else question_of(prompt)
     spent = 0
 
-    async def counted(prompts: list[Prompt], p: SamplingParams) -> list[list[Completion]]:
+    async def counted(prompts: list[Prompt], ns: list[int], p: SamplingParams, salt: int) -> list[list[Completion]]:
         nonlocal spent
-        out = await generate(prompts, p)
+        out = await generate_each(generate, prompts, ns, p, salt)
         spent += sum(c.completion_tokens for row in out for c in row)
         return out
 
     def result(i: int, method: str, comparisons: list) -> SearchResult:
         return SearchResult(i, cands[i].text, cands[i].answer, method, cands, comparisons, rows[i], spent)  # type: ignore[arg-type]
 
-    (rows,) = await counted([prompt], replace(params, n=options.k))
+    (rows,) = await generate([prompt], replace(params, n=options.k))
+    spent += sum(c.completion_tokens for c in rows)
     answers = [extract_answer(c.text) for c in rows]
     cands = [Candidate(c.text, a, cls) for c, a, cls in zip(rows, answers, group_answers(answers), strict=True)]
     if options.verify == 0:
-        return result(_majority(cands), "majority", [])
+        return result(_majority(cands, random.Random(params.seed)), "majority", [])
 
-    vparams = SamplingParams(n=options.verify, temperature=options.verify_temperature,
-                             max_tokens=options.verify_max_tokens, seed=params.seed)
-    checks = await counted([verify_prompt(question, c.text, options.style) for c in cands], vparams)
-    for cand, row in zip(cands, checks, strict=True):
-        cand.verdicts = [verdict_code(parse_verification(c.text)) for c in row]
-        valid = [v for v in cand.verdicts if v >= 0]
-        cand.score = sum(valid) / len(valid) if valid else -1.0
-    best = max(c.score for c in cands)
-    top = [i for i, c in enumerate(cands) if c.score >= best - options.top_margin - 1e-9]
-    if len({cands[i].answer_id for i in top}) == 1 or options.k_tie == 0:
-        return result(max(top, key=lambda t: cands[t].score), "unanimous_top", [])
+    sel = options.selection()
+    ids = np.array([c.answer_id for c in cands])
+    vparams = SamplingParams(temperature=options.verify_temperature, max_tokens=options.verify_max_tokens,
+                             seed=params.seed)
+    vprompts = [verify_prompt(question, c.text, options.style) for c in cands]
 
-    pairs = tie_pairs(top, cands, options.k_tie)
-    prompts = [compare_prompt(question, cands[i].text, cands[j].text, options.style) for i, j in pairs]
-    outs = await counted(prompts, replace(vparams, n=1))
+    async def add_verdicts(ns: list[int], salt: int) -> None:
+        for cand, row in zip(cands, await counted(vprompts, ns, vparams, salt), strict=True):
+            cand.verdicts += [verdict_code(parse_verification(c.text)) for c in row]
+
+    prelim = None
+    if sel.preliminary:
+        await add_verdicts([options.preliminary] * len(cands), salt=1)
+        prelim = verdict_score(np.array([c.verdicts.count(1) for c in cands]), options.preliminary)
+        # the rest of the verdicts only for the preliminary round's survivors
+        alive = preliminary_keep(ids, prelim, sel)
+        await add_verdicts([options.verify - options.preliminary if a else 0 for a in alive], salt=100)
+    else:
+        await add_verdicts([options.verify] * len(cands), salt=1)
+    for c in cands:
+        c.score = float(verdict_score(c.verdicts.count(1), len(c.verdicts)))
+    scores = np.array([c.score for c in cands])
+    top, first, disagree = shortlist(ids, scores, sel, prelim)
+    if not disagree:
+        return result(int(first), "unanimous_top", [])
+    if not sel.tie_break or sel.k_tie == 0:
+        return result(int(first), "best_score", [])
+
+    forward, backward = tie_plan(sel.k_tie)
+    orders = [(i, j, forward) for i, j in matchups(top, ids)] + [(j, i, backward) for i, j in matchups(top, ids)]
+    prompts = [compare_prompt(question, cands[i].text, cands[j].text, options.style) for i, j, _ in orders]
+    outs = await counted(prompts, [n for _, _, n in orders], vparams, salt=200)
+    wins = np.zeros((len(cands), len(cands)), np.int64)
     comparisons = []
-    for (i, j), (out,) in zip(pairs, outs, strict=True):
-        v = parse_comparison(out.text)
-        comparisons.append((i, j, verdict_code(v)))
-        if v.ok:  # an unparsable comparison counts for nobody
-            cands[i].games += 1
-            cands[j].games += 1
-            (cands[i] if v.value == 1 else cands[j]).wins += 1
-    i = max(top, key=lambda t: (cands[t].wins / max(cands[t].games, 1), cands[t].score, -t))
-    return result(i, "tie_break", comparisons)
+    for (i, j, _), row in zip(orders, outs, strict=True):
+        for out in row:
+            v = parse_comparison(out.text)
+            comparisons.append((i, j, verdict_code(v)))
+            if v.ok:  # an unparsable comparison counts for nobody
+                winner, loser = (i, j) if v.value == 1 else (j, i)
+                wins[winner, loser] += 1
+    for n, c in enumerate(cands):
+        c.wins = int(wins[n].sum())
+    return result(tie_winner(top, wins, scores), "tie_break", comparisons)
