@@ -104,11 +104,11 @@ def shortlist(answer_ids: np.ndarray, score: np.ndarray, options: SelectionOptio
     return top, first, lo != hi
 
 
-def matchups(top: np.ndarray, answer_ids: np.ndarray) -> list[tuple[int, int]]:
-    """Pairs (i < j) of one question's top-group candidates whose answers differ."""
-    members = np.flatnonzero(top)
-    return [(int(i), int(j)) for n, i in enumerate(members) for j in members[n + 1:]
-            if answer_ids[i] != answer_ids[j]]
+def matchups(top: np.ndarray, answer_ids: np.ndarray) -> np.ndarray:
+    """Matchup mask [..., k, k]: pairs i < j of top-group candidates whose answers differ."""
+    k = top.shape[-1]
+    upper = np.triu(np.ones((k, k), bool), 1)
+    return upper & top[..., :, None] & top[..., None, :] & (answer_ids[..., :, None] != answer_ids[..., None, :])
 
 
 def tie_plan(k_tie: int) -> tuple[int, int]:
@@ -116,11 +116,14 @@ def tie_plan(k_tie: int) -> tuple[int, int]:
     return (k_tie + 1) // 2, k_tie // 2
 
 
-def tie_winner(top: np.ndarray, wins: np.ndarray, score: np.ndarray) -> int:
+def tie_winner(top: np.ndarray, wins: np.ndarray, score: np.ndarray) -> np.ndarray:
     """The top-group candidate with the most comparison wins; then the best score, then lowest index.
 
-    wins[i, j] = comparisons candidate i won against candidate j (unparsable ones count for nobody).
+    wins[..., i, j] = comparisons candidate i won against candidate j (unparsable ones count
+    for nobody). Returns the index [...] (a 0-d array for one question).
     """
-    members = np.flatnonzero(top)
-    total = wins.sum(1)
-    return int(min(members, key=lambda i: (-total[i], -score[i], i)))
+    k = top.shape[-1]
+    total = np.where(top, wins.sum(-1), -1)
+    pos = np.broadcast_to(np.arange(k), top.shape)
+    order = np.lexsort((pos, -np.where(top, score, -np.inf), -total), axis=-1)
+    return order[..., 0]

@@ -182,7 +182,8 @@ async def search_and_select(
         return result(int(first), "best_score", [])
 
     forward, backward = tie_plan(sel.k_tie)
-    orders = [(i, j, forward) for i, j in matchups(top, ids)] + [(j, i, backward) for i, j in matchups(top, ids)]
+    pairs = [(int(i), int(j)) for i, j in np.argwhere(matchups(top, ids))]
+    orders = [(i, j, forward) for i, j in pairs] + [(j, i, backward) for i, j in pairs]
     prompts = [compare_prompt(question, cands[i].text, cands[j].text, options.style) for i, j, _ in orders]
     outs = await counted(prompts, [n for _, _, n in orders], vparams, salt=200)
     wins = np.zeros((len(cands), len(cands)), np.int64)
@@ -196,4 +197,4 @@ async def search_and_select(
                 wins[winner, loser] += 1
     for n, c in enumerate(cands):
         c.wins = int(wins[n].sum())
-    return result(tie_winner(top, wins, scores), "tie_break", comparisons)
+    return result(int(tie_winner(top, wins, scores)), "tie_break", comparisons)

@@ -70,6 +70,12 @@ class Draws:
             self._takes[key] = self.take(self.pool.answer_ids, k)
         return self._takes[key]
 
+    def cached_table(self, build) -> np.ndarray:
+        """The pool's comparison outcome table, built once per Draws."""
+        if "table" not in self._takes:
+            self._takes["table"] = build()
+        return self._takes["table"]
+
     def cached(self, key: tuple, build):
         """One cached value at a time (the last k_verif's scores): the grid loops k inside k_verif."""
         if key not in self._cache:

@@ -28,29 +28,47 @@ def verdict_scores(pool: ScoredPool, draws: Draws, k_verif: int, options: Select
     return verdict_score(p1 + r1, k_verif), verdict_score(p1, first)
 
 
-def outcome_probs(counts: np.ndarray, a: int, b: int) -> np.ndarray:
-    """P(first won, second won, unparsable) when a's response is shown before b's, from stored ones.
+def outcome_table(counts: np.ndarray) -> np.ndarray:
+    """[Q, A, A, 3] P(first won, second won, unparsable) when a's response is shown before b's.
 
-    No stored comparison in that order: the other order's, mirrored; none at all: a fair coin.
+    From the stored comparisons in that order; none: the other order's, mirrored; none at
+    all: a fair coin.
     """
-    c = counts[a, b].astype(float)
-    if c.sum() == 0:
-        c = counts[b, a][[1, 0, 2]].astype(float)
-    return c / c.sum() if c.sum() else np.array([0.5, 0.5, 0.0])
+    here = counts.astype(float)
+    mirrored = np.swapaxes(counts, 1, 2)[..., [1, 0, 2]].astype(float)
+    use = np.where(here.sum(-1, keepdims=True) > 0, here, mirrored)
+    total = use.sum(-1, keepdims=True)
+    coin = np.broadcast_to(np.array([0.5, 0.5, 0.0]), use.shape)
+    return np.where(total > 0, use / np.maximum(total, 1), coin)
 
 
-def replay_wins(rng: np.random.Generator, counts: np.ndarray, classes: np.ndarray, top: np.ndarray,
-                k_tie: int) -> np.ndarray:
-    """wins [k, k] of one question's top group after k_tie replayed comparisons per matchup."""
-    wins = np.zeros((len(classes), len(classes)), np.int64)
+# Candidate pairs per replay chunk: bounds the [cases, k, k] arrays at large k.
+CHUNK_PAIRS = 1 << 22
+
+
+def replay_tie_break(rng: np.random.Generator, table: np.ndarray, qs: np.ndarray, classes: np.ndarray,
+                     top: np.ndarray, score: np.ndarray, k_tie: int) -> np.ndarray:
+    """Winners [D] of D disagreeing top groups after k_tie replayed comparisons per matchup.
+
+    qs [D] question of each case; classes, top, score [D, k]. Each comparison is a draw (with
+    replacement) from the stored outcomes of that ordered pair of answers.
+    """
     forward, backward = tie_plan(k_tie)
-    for i, j in matchups(top, classes):
-        a, b = classes[i], classes[j]
-        f = rng.multinomial(forward, outcome_probs(counts, a, b))
-        r = rng.multinomial(backward, outcome_probs(counts, b, a))
-        wins[i, j] += f[0] + r[1]
-        wins[j, i] += f[1] + r[0]
-    return wins
+    d, k = classes.shape
+    out = np.empty(d, np.int64)
+    step = max(1, CHUNK_PAIRS // (k * k))
+    for lo in range(0, d, step):
+        sl = slice(lo, lo + step)
+        pairs = matchups(top[sl], classes[sl])  # [c, k, k]
+        c, i, j = np.nonzero(pairs)
+        q, a, b = qs[sl][c], classes[sl][c, i], classes[sl][c, j]
+        f = rng.multinomial(forward, table[q, a, b])  # i shown first
+        r = rng.multinomial(backward, table[q, b, a])  # j shown first
+        wins = np.zeros(pairs.shape, np.int64)
+        np.add.at(wins, (c, i, j), f[:, 0] + r[:, 1])
+        np.add.at(wins, (c, j, i), f[:, 1] + r[:, 0])
+        out[sl] = tie_winner(top[sl], wins, score[sl])
+    return out
 
 
 def select(pool: ScoredPool, draws: Draws, k: int, k_verif: int, options: SelectionOptions) -> np.ndarray:
@@ -59,10 +77,10 @@ def select(pool: ScoredPool, draws: Draws, k: int, k_verif: int, options: Select
                                  lambda: verdict_scores(pool, draws, k_verif, options))
     m, classes = draws.take(score, k), draws.take_answers(k)
     top, chosen, disagree = shortlist(classes, m, options, draws.take(prelim, k) if options.preliminary else None)
-    if options.tie_break and options.k_tie > 0:
-        for s, q in zip(*np.nonzero(disagree), strict=True):
-            wins = replay_wins(draws.rng, pool.compare_counts[q], classes[s, q], top[s, q], options.k_tie)
-            chosen[s, q] = tie_winner(top[s, q], wins, m[s, q])
+    if options.tie_break and options.k_tie > 0 and disagree.any():
+        s, q = np.nonzero(disagree)
+        table = draws.cached_table(lambda: outcome_table(pool.compare_counts))
+        chosen[s, q] = replay_tie_break(draws.rng, table, q, classes[s, q], top[s, q], m[s, q], options.k_tie)
     return chosen
 
 
