@@ -7,7 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from search.scaling.curves import CurvesConfig, bootstrap_ci, compute_curves, plot_curves, powers_up_to
+from search.scaling.curves import (
+    CurvesConfig,
+    bootstrap_ci,
+    compute_curves,
+    plot_curves,
+    powers_up_to,
+)
 from search.scaling.pool import ScoredPool, synthetic_pool
 
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from common.sampling import Completion, SamplingParams
 from ray_jobs.scaling import ScalingConfig, run
 from search.scaling.arith_problems import make_problems, seed_corpus
 from search.scaling.pool import ScoredPool
 from search.scaling.sampling import SamplingPlan, ScalingSampler
 from search.scaling.service_search import SearchOptions, search_and_select
 from search.scaling.strategies import Draws, get_strategy
-from common.sampling import Completion, SamplingParams
 from verifiers.math_answers import extract_answer
 
 

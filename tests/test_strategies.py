@@ -9,10 +9,16 @@ import numpy as np
 import pytest
 
 from search.scaling.pool import ScoredPool, mean_verdict, synthetic_pool
-from search.scaling.strategies import STRATEGIES, Draws, StrategyOptions, get_strategy, pass_at_k_estimate
+from search.scaling.selection import top_per_answer
+from search.scaling.strategies import (
+    STRATEGIES,
+    Draws,
+    StrategyOptions,
+    get_strategy,
+    pass_at_k_estimate,
+)
 from search.scaling.strategies import reference as ref
 from search.scaling.strategies.best_of_n import best_rank_weights
-from search.scaling.selection import top_per_answer
 
 
 def hand_pool(answers, correct_classes, verdicts, compare=None) -> ScoredPool:

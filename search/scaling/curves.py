@@ -23,7 +23,13 @@ from typing import Any, Literal
 import numpy as np
 
 from search.scaling.pool import ScoredPool
-from search.scaling.strategies import STRATEGIES, USES_VERDICTS, Draws, StrategyOptions, get_strategy
+from search.scaling.strategies import (
+    STRATEGIES,
+    USES_VERDICTS,
+    Draws,
+    StrategyOptions,
+    get_strategy,
+)
 
 Subset = Literal["all", "ambiguous"]
 

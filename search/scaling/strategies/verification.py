@@ -14,7 +14,14 @@ from dataclasses import replace
 import numpy as np
 
 from search.scaling.pool import ScoredPool
-from search.scaling.selection import SelectionOptions, matchups, shortlist, tie_plan, tie_winner, verdict_score
+from search.scaling.selection import (
+    SelectionOptions,
+    matchups,
+    shortlist,
+    tie_plan,
+    tie_winner,
+    verdict_score,
+)
 from search.scaling.strategies.base import Draws, StrategyResult, check_k, draw_verdicts
 
 
