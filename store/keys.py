@@ -28,3 +28,9 @@ def exp(name: str, *parts: str) -> str:
 def exec_cache(task_fingerprint: str) -> str:
     # shared by all experiments: a result depends only on the task and the code
     return f"{PREFIX}:exec:{task_fingerprint}"
+
+
+def scaling(name: str, part: str) -> str:
+    # a scaling experiment's stored samples: a hash per phase (candidates, verdicts,
+    # comparisons; fields are question ids) and its sampling plan
+    return exp(name, "scaling", part)

@@ -211,7 +211,11 @@ def test_scaling_job_end_to_end_on_a_real_model(store, experiment_name, tmp_path
                  "heatmap.png", "curves.png"):
         assert (out / name).exists(), name
     saved = json.loads((out / "summary.json").read_text())
-    assert set(saved["curves"]) == {"pass", "consistency", "best_of_n", "weighted_best_of_n", "verification"}
+    assert set(saved["curves"]) == {"pass", "consistency", "best_of_n", "weighted_best_of_n", "verification",
+                                    "verification_tie"}
+    assert {(d["strategy"], d["k"]) for d in saved["differences"]} >= {("verification", 4), ("verification_tie", 4)}
+    assert set(saved["unparsable"]) == {"verdicts", "comparisons"}
+    assert "Paired differences" in (out / "report.md").read_text()
     assert [p["k"] for p in saved["curves"]["verification"]] == [1, 2, 4]
     assert saved["heatmap"]["k_verif_values"] == [1, 2]
     bench = summary["verification_benchmark"]

@@ -28,7 +28,7 @@ from typing import Any
 from common.sampling import Generate, SamplingParams
 from search.scaling.requests import generate_each
 from search.scaling.selection import verdict_score
-from store.keys import exp
+from store import keys
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent
 from verifiers.selfverify import (
     Style,
@@ -65,7 +65,7 @@ class ScalingSampler:
         self.progress = progress or (lambda phase, done, total: None)
 
     def key(self, phase: str) -> str:
-        return exp(self.experiment, "scaling", phase)
+        return keys.scaling(self.experiment, phase)
 
     def stored(self, phase: str, ids: list[str]) -> dict[str, Any]:
         if not ids:
