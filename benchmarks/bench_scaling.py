@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench_scaling          # or: make bench
 
-Every curve (5 strategies; Verification@k over the full k_inf x k_verif grid) for 500
+Every curve (6 strategies; both Verification@k variants over the full k_inf x k_verif grid) for 500
 questions x 256 candidates x 64 verdicts with 20 seeds, timed whole; the per-question
 Python reference (search.scaling.strategies.reference) runs the same grid on a slice of questions in
 this run, and its time is scaled to 500 questions. Both print; the ratio is the speed-up.
