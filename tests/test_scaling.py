@@ -173,17 +173,20 @@ def test_sampler_stores_everything_and_resumes_without_resampling(store, experim
                  for i, r in enumerate(make_problems(3, seed=5))]
     wrong = [" 1+1=2. Answer: 2", " 1+1=3. Answer: 3"]
     oracle = ArithOracle(wrong)
-    records = asyncio.run(ScalingSampler(store.client, experiment_name, oracle.generate, plan()).run(questions))
+    rec = Recorder(oracle.generate)
+    records = asyncio.run(ScalingSampler(store.client, experiment_name, rec.generate, plan(seed=3)).run(questions))
     first = oracle.calls
-    assert first == 3 * 4 + 3 * 4 * 3 + 3 * 4  # candidates, verdicts, 4 comparisons per question
+    assert first == 3 * 4 + 3 * 4 * 3 + 3 * 4  # candidates, verdicts, 4 comparisons per class pair
+    keys = [(p, seed) for p, seed, _ in rec.requests]
+    assert len(keys) == len(set(keys))  # repeated candidates and pairs went out as one request each
     pool = ScoredPool.from_records(records)
     assert pool.shape == (3, 4, 3) and not pool.correct.any()
     assert (pool.verdicts == 0).all()  # the oracle rejects every wrong candidate
     again = ArithOracle(wrong)
-    records2 = asyncio.run(ScalingSampler(store.client, experiment_name, again.generate, plan()).run(questions))
+    records2 = asyncio.run(ScalingSampler(store.client, experiment_name, again.generate, plan(seed=3)).run(questions))
     assert again.calls == 0 and records2 == records
     with pytest.raises(ValueError, match=r"different \['k_inf'\]"):
-        asyncio.run(ScalingSampler(store.client, experiment_name, again.generate, plan(k_inf=8)).run(questions))
+        asyncio.run(ScalingSampler(store.client, experiment_name, again.generate, plan(k_inf=8, seed=3)).run(questions))
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ EPS = 1e-9
 @dataclass
 class SelectionOptions:
     top_margin: float = 0.05  # candidates within this of the best score form the top group
-    tie_break: bool = True  # settle a top group that disagrees on the answer by pairwise comparisons
+    tie_break: bool = True  # settle a disagreeing top group by comparisons (the curves report both ways)
     k_tie: int = 4  # comparisons per matchup (REFERENCES: 100), half with each candidate first
     preliminary: bool = False  # score a few verdicts first and drop weak candidates before the rest
     n_preliminary: int = 10  # verdicts in the preliminary round
