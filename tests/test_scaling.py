@@ -225,3 +225,12 @@ def test_scaling_job_end_to_end_on_a_real_model(store, experiment_name, tmp_path
     assert bench["triples"] == 3 and 0 <= bench["unparsable_rate"] <= 1
     assert ScoredPool.load(out / "pool.npz").shape == (4, 4, 2)
     assert store.experiments.get(experiment_name).status == "done"
+
+
+def test_majority_fallback_settles_a_tied_vote_at_random_not_by_first_seen():
+    oracle = ArithOracle([WRONG, RIGHT])
+    picked = {asyncio.run(search_and_select(oracle.generate, f"Q: {QUESTION}\nA:", question=QUESTION,
+                                            options=SearchOptions(k=2, verify=0, style="compact"),
+                                            params=SamplingParams(max_tokens=32, seed=s))).answer
+              for s in range(20)}
+    assert picked == {"8", "9"}
