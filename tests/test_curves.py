@@ -40,6 +40,8 @@ def test_ambiguous_is_decided_per_draw_and_leaves_out_what_voting_solves():
 def test_differences_get_a_paired_ci_from_the_same_resampled_questions():
     good = synthetic_pool(120, 16, 8, seed=5, true_positive=0.9, false_positive=0.1)
     curves = compute_curves(good, CurvesConfig(seeds=10, bootstrap=300, strategies=["consistency", "verification"]))
+    amb = np.array(curves.summary()["heatmap_ambiguous"]["accuracy"])
+    assert amb[-1, -1] > amb[-1, 0]  # implicit scaling: more verdicts, better on ambiguous draws
     (row,) = [d for d in curves.differences if d["k"] == 16]
     assert row["strategy"] == "verification" and row["baseline"] == "consistency"
     assert 0 < row["ci_low"] <= row["difference"] <= row["ci_high"]

@@ -115,6 +115,10 @@ class Curves:
         if any(s in USES_VERDICTS for s in self.strategies()):
             out["heatmap"] = {"k_values": self.k_values, "k_verif_values": self.k_verif_values,
                               "accuracy": np.round(self.heatmap(), 6).tolist()}
+            # implicit scaling: on ambiguous draws, more verdicts per candidate should help
+            out["heatmap_ambiguous"] = {"k_values": self.k_values, "k_verif_values": self.k_verif_values,
+                                        "accuracy": [[None if np.isnan(x) else round(float(x), 6) for x in row]
+                                                     for row in self.heatmap("ambiguous")]}
         return out
 
     def write_csv(self, path: str | Path) -> None:

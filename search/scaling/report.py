@@ -48,6 +48,12 @@ def report(cfg: ScalingConfig, summary: dict[str, Any]) -> str:
                 out.append(f"| {LABELS.get(d['strategy'], d['strategy'])} - {LABELS.get(d['baseline'], d['baseline'])}"
                            f" | {d['k']} | {d['k_verif']} | {d['difference']:+.3f} | "
                            f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] |")
+        amb = summary.get("heatmap_ambiguous", {}).get("accuracy")
+        if amb:
+            row = ", ".join(f"{kv}: {x:.3f}" for kv, x in zip(summary["heatmap_ambiguous"]["k_verif_values"],
+                                                               amb[-1], strict=True) if x is not None)
+            out.append(f"\nVerification@{summary['heatmap_ambiguous']['k_values'][-1]} on ambiguous draws by "
+                       f"k_verif (implicit scaling): {row}\n")
         out.append("\n![heatmap](heatmap.png)\n\n![curves](curves.png)\n\n![ambiguous](curves_ambiguous.png)\n")
         out.append("Tables: [curves.csv](curves.csv), [heatmap.csv](heatmap.csv), [summary.json](summary.json).\n")
     if "verification_benchmark" in summary:
