@@ -2,9 +2,9 @@
 
     python -m benchmarks.bench_scaling          # or: make bench
 
-Every curve (5 strategies; Verification@k over the full k_inf x k_verif grid) for 500
+Every curve (6 strategies; both Verification@k variants over the full k_inf x k_verif grid) for 500
 questions x 256 candidates x 64 verdicts with 20 seeds, timed whole; the per-question
-Python reference (search.strategies.reference) runs the same grid on a slice of questions in
+Python reference (search.scaling.strategies.reference) runs the same grid on a slice of questions in
 this run, and its time is scaled to 500 questions. Both print; the ratio is the speed-up.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 import sys
 import time
 
-from search.curves import CurvesConfig, compute_curves, powers_up_to
-from search.scaling_pool import synthetic_pool
-from search.strategies import STRATEGIES, USES_VERDICTS, StrategyOptions
-from search.strategies import reference as ref
+from search.scaling.curves import CurvesConfig, compute_curves, powers_up_to
+from search.scaling.pool import synthetic_pool
+from search.scaling.strategies import STRATEGIES, USES_VERDICTS, StrategyOptions
+from search.scaling.strategies import reference as ref
 
 QUESTIONS, CANDIDATES, VERDICTS, SEEDS = 500, 256, 64, 20
 SLICE = int(sys.argv[1]) if len(sys.argv) > 1 else 3  # questions the reference runs

@@ -30,6 +30,12 @@ def exec_cache(task_fingerprint: str) -> str:
     return f"{PREFIX}:exec:{task_fingerprint}"
 
 
+def scaling(name: str, part: str) -> str:
+    # a scaling experiment's stored samples: a hash per phase (candidates, verdicts,
+    # comparisons; fields are question ids) and its sampling plan
+    return exp(name, "scaling", part)
+
+
 # Names *inside* an experiment's candidate archive (counter fields and mark hashes; the
 # archive prefixes them with the experiment's key). SOAR's search budgets are per iteration.
 def search_counter(iteration: int, what: str, task_id: str) -> str:

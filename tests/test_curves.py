@@ -7,8 +7,48 @@ import json
 import numpy as np
 import pytest
 
-from search.curves import CurvesConfig, bootstrap_ci, compute_curves, plot_curves, powers_up_to
-from search.scaling_pool import ScoredPool, synthetic_pool
+from search.scaling.curves import (
+    CurvesConfig,
+    bootstrap_ci,
+    compute_curves,
+    plot_curves,
+    powers_up_to,
+)
+from search.scaling.pool import ScoredPool, synthetic_pool
+
+
+def useless_verifier_pool(questions=150, seed=4):
+    """Verdicts and comparisons independent of correctness: selection is as good as chance."""
+    return synthetic_pool(questions, 16, 8, seed=seed, true_positive=0.5, false_positive=0.5, compare_accuracy=0.5)
+
+
+def test_ambiguous_is_decided_per_draw_and_leaves_out_what_voting_solves():
+    pool = useless_verifier_pool()
+    curves = compute_curves(pool, CurvesConfig(seeds=20, bootstrap=100, strategies=["consistency", "verification"]))
+    amb = curves.summary()["curves_ambiguous"]["verification"]
+    # k = 1: a draw is ambiguous only when its one candidate is right, so every strategy is right
+    assert amb[0]["k"] == 1 and amb[0]["accuracy"] == 1.0
+    # with a useless verifier, more candidates cannot make selection more accurate on ambiguous
+    # draws (over the whole pool's ambiguous questions this curve used to rise with k)
+    assert amb[-1]["accuracy"] < amb[0]["accuracy"] - 0.2
+    # questions that full-pool majority vote solves are not in the subset
+    solved = pool.consistency_solves()
+    assert 0 < solved.sum() < len(solved)
+    assert curves.ambiguous == int((pool.ambiguous() & ~solved).sum())
+
+
+def test_differences_get_a_paired_ci_from_the_same_resampled_questions():
+    good = synthetic_pool(120, 16, 8, seed=5, true_positive=0.9, false_positive=0.1)
+    curves = compute_curves(good, CurvesConfig(seeds=10, bootstrap=300, strategies=["consistency", "verification"]))
+    amb = np.array(curves.summary()["heatmap_ambiguous"]["accuracy"])
+    assert amb[-1, -1] > amb[-1, 0]  # implicit scaling: more verdicts, better on ambiguous draws
+    (row,) = [d for d in curves.differences if d["k"] == 16]
+    assert row["strategy"] == "verification" and row["baseline"] == "consistency"
+    assert 0 < row["ci_low"] <= row["difference"] <= row["ci_high"]
+    # paired: a strategy against itself has a zero-width interval, which unpaired CIs never give
+    rows = np.stack([np.linspace(0, 1, 120)] * 2)
+    lo, hi = bootstrap_ci(rows[:1] - rows[1:], 200, 0.95, np.random.default_rng(0))
+    assert lo[0] == hi[0] == 0.0
 
 
 def test_powers_up_to_ends_at_n():
@@ -44,6 +84,8 @@ def test_curves_cover_the_grid_and_order_sensibly(tmp_path):
     assert s["curves"]["verification"][-1]["accuracy"] > s["curves"]["consistency"][-1]["accuracy"]
     # on ambiguous questions accuracy is higher (hopeless questions are gone)
     assert s["curves_ambiguous"]["verification"][-1]["accuracy"] >= s["curves"]["verification"][-1]["accuracy"]
+    assert "pass" not in s["curves_ambiguous"]  # 1 by definition at every k
+    assert set(s["unparsable"]) == {"verdicts", "comparisons"} and 0 < s["unparsable"]["verdicts"] < 0.05
     curves.write_csv(tmp_path / "curves.csv")
     assert len((tmp_path / "curves.csv").read_text().splitlines()) == 1 + len(curves.points)
     written = plot_curves(curves, tmp_path)
@@ -69,7 +111,7 @@ def test_pool_round_trips_through_npz(tmp_path):
     back = ScoredPool.load(tmp_path / "pool.npz")
     assert back.question_ids == pool.question_ids
     np.testing.assert_array_equal(back.verdicts, pool.verdicts)
-    np.testing.assert_array_equal(back.compare_win, pool.compare_win)
+    np.testing.assert_array_equal(back.compare_counts, pool.compare_counts)
 
 
 def test_pool_from_records_counts_comparisons_and_rejects_ragged_records():
@@ -78,9 +120,11 @@ def test_pool_from_records_counts_comparisons_and_rejects_ragged_records():
                           {"answer_id": 1, "correct": False, "verdicts": [0, 0]}],
            "comparisons": [[0, 1, 1], [1, 0, 2], [0, 1, -1]]}
     pool = ScoredPool.from_records([rec])
-    assert pool.compare_win[0, 0, 1] == pytest.approx(2.5 / 3)  # two wins of class 0, smoothed
-    assert pool.compare_win[0, 1, 0] == pytest.approx(0.5 / 3)
-    assert pool.score[0].tolist() == [1.0, 0.0]
+    # per ordered pair (first shown, second): [first won, second won, unparsable]
+    assert pool.compare_counts[0, 0, 1].tolist() == [1, 0, 1]
+    assert pool.compare_counts[0, 1, 0].tolist() == [0, 1, 0]
+    assert pool.score[0].tolist() == [0.5, 0.0]  # the unparsable verdict counts as 0
+    assert pool.unparsable_rates() == {"verdicts": 0.25, "comparisons": pytest.approx(1 / 3)}
     ragged = dict(rec, id="b", candidates=rec["candidates"][:1])
     with pytest.raises(ValueError, match="candidates per question"):
         ScoredPool.from_records([rec, ragged])

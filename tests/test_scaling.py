@@ -6,16 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from ray_jobs.scaling import ScalingConfig, run
-from search.arith_problems import make_problems, seed_corpus
-from search.scaling_pool import ScoredPool
-from search.scaling_sampling import SamplingPlan, ScalingSampler
-from search.service_search import SearchOptions, search_and_select
 from common.sampling import Completion, SamplingParams
+from ray_jobs.scaling import ScalingConfig, run
+from search.scaling.arith_problems import make_problems, seed_corpus
+from search.scaling.pool import ScoredPool
+from search.scaling.sampling import SamplingPlan, ScalingSampler
+from search.scaling.service_search import SearchOptions, search_and_select
+from search.scaling.strategies import Draws, get_strategy
 from verifiers.math_answers import extract_answer
 
 
@@ -77,8 +79,81 @@ def test_search_breaks_a_disagreeing_top_group_with_comparisons():
                                         options=SearchOptions(k=3, verify=2, k_tie=4, style="compact"),
                                         params=SamplingParams(max_tokens=32)))
     assert res.method == "tie_break" and res.answer == "9"
-    assert len(res.comparisons) == 4
-    assert {(i, j) for i, j, _ in res.comparisons} >= {(0, 1), (1, 0)}  # both orders are asked
+    # k_tie comparisons per matchup (0-1 and 1-2), half in each order
+    assert len(res.comparisons) == 8
+    assert Counter((i, j) for i, j, _ in res.comparisons) == {(0, 1): 2, (1, 0): 2, (1, 2): 2, (2, 1): 2}
+    assert res.candidates[1].wins == 8
+
+
+class Recorder:
+    """Wraps a generate and records every request as (prompt, seed, n)."""
+
+    def __init__(self, generate):
+        self.inner, self.requests = generate, []
+
+    async def generate(self, prompts, params):
+        self.requests += [(p, params.seed, params.n) for p in prompts]
+        return await self.inner(prompts, params)
+
+
+def test_search_never_sends_the_same_request_twice():
+    # two identical wrong candidates and repeated comparisons of one pair: on a seeded engine an
+    # identical (prompt, seed) returns the same completion, so each must go out once (n summed)
+    oracle = ArithOracle([WRONG, RIGHT, WRONG], verdict_for_all=1)
+    rec = Recorder(oracle.generate)
+    res = asyncio.run(search_and_select(rec.generate, f"Q: {QUESTION}\nA:", question=QUESTION,
+                                        options=SearchOptions(k=3, verify=2, k_tie=6, style="compact"),
+                                        params=SamplingParams(max_tokens=32, seed=7)))
+    keys = [(p, seed) for p, seed, _ in rec.requests]
+    assert len(keys) == len(set(keys))
+    assert len(res.comparisons) == 12 and all(len(c.verdicts) == 2 for c in res.candidates)
+
+
+class Scripted:
+    """Verdicts and comparisons by candidate text: the same verdicts for the live path and a pool."""
+
+    def __init__(self, candidates: dict[str, int], beats: dict[str, int]):
+        self.candidates, self.beats = candidates, beats  # text -> verdict; answer -> strength
+
+    async def generate(self, prompts, params):
+        texts = list(self.candidates)
+        out = []
+        for p in prompts:
+            if p.endswith("A:"):
+                out.append([Completion(texts[i % len(texts)], "stop", 1, 1) for i in range(params.n)])
+                continue
+            if p.endswith("Check:"):
+                text = next(t for t in texts if p.split("\nA: ", 1)[1] == f"{t.strip()}\nCheck:")
+                out.append([Completion(f"Verdict: {self.candidates[text]}", "stop", 1, 1)] * params.n)
+                continue
+            first, second = (extract_answer(x) for x in p.split("\nA1: ")[1].split("\nA2: "))
+            won = 1 if self.beats.get(first, 0) >= self.beats.get(second, 0) else 2
+            out.append([Completion(f"Verdict: {won}", "stop", 1, 1)] * params.n)
+        return out
+
+
+@pytest.mark.parametrize("gold", ["7", "9"])
+@pytest.mark.parametrize("preliminary", [0, 1])
+def test_live_search_and_offline_replay_choose_the_same_answer(gold, preliminary):
+    cands = {" 4+5=9. Answer: 9": 1, " 4+4=8. Answer: 8": 1, " 4+5=9. So 9. Answer: 9": 0,
+             " 3+4=7. Answer: 7": 1, " 4+5 is hard.": 1}
+    script = Scripted(cands, beats={"7": 3, "9": 2, "8": 1})
+    opts = SearchOptions(k=5, verify=2, k_tie=2, preliminary=preliminary, style="compact")
+    live = asyncio.run(search_and_select(script.generate, f"Q: {QUESTION}\nA:", question=QUESTION,
+                                         options=opts, params=SamplingParams(max_tokens=32)))
+    assert live.method == "tie_break" and live.answer == "7"
+    ids = [c.answer_id for c in live.candidates]
+    answers = {c.answer_id: c.answer for c in live.candidates if c.answer_id >= 0}
+    ok = [answers[a] == gold for a in range(len(answers))]
+    record = {"id": "q", "answer_correct": ok,
+              "candidates": [{"answer_id": c.answer_id, "correct": c.answer_id >= 0 and ok[c.answer_id],
+                              # a preliminary drop-out got fewer verdicts live; the script's are constant
+                              "verdicts": (c.verdicts * 2)[:2]} for c in live.candidates],
+              "comparisons": [[ids[i], ids[j], w] for i, j, w in live.comparisons]}
+    pool = ScoredPool.from_records([record])
+    replay = get_strategy("verification_tie")(pool, Draws(pool, seeds=30), k=5, k_verif=2,
+                                             options=opts.selection()).per_question[0]
+    assert replay == float(live.answer == gold)
 
 
 def test_search_options_reject_unknown_fields():
@@ -98,17 +173,20 @@ def test_sampler_stores_everything_and_resumes_without_resampling(store, experim
                  for i, r in enumerate(make_problems(3, seed=5))]
     wrong = [" 1+1=2. Answer: 2", " 1+1=3. Answer: 3"]
     oracle = ArithOracle(wrong)
-    records = asyncio.run(ScalingSampler(store.client, experiment_name, oracle.generate, plan()).run(questions))
+    rec = Recorder(oracle.generate)
+    records = asyncio.run(ScalingSampler(store.client, experiment_name, rec.generate, plan(seed=3)).run(questions))
     first = oracle.calls
-    assert first == 3 * 4 + 3 * 4 * 3 + 3 * 4  # candidates, verdicts, 4 comparisons per question
+    assert first == 3 * 4 + 3 * 4 * 3 + 3 * 4  # candidates, verdicts, 4 comparisons per class pair
+    keys = [(p, seed) for p, seed, _ in rec.requests]
+    assert len(keys) == len(set(keys))  # repeated candidates and pairs went out as one request each
     pool = ScoredPool.from_records(records)
     assert pool.shape == (3, 4, 3) and not pool.correct.any()
     assert (pool.verdicts == 0).all()  # the oracle rejects every wrong candidate
     again = ArithOracle(wrong)
-    records2 = asyncio.run(ScalingSampler(store.client, experiment_name, again.generate, plan()).run(questions))
+    records2 = asyncio.run(ScalingSampler(store.client, experiment_name, again.generate, plan(seed=3)).run(questions))
     assert again.calls == 0 and records2 == records
     with pytest.raises(ValueError, match=r"different \['k_inf'\]"):
-        asyncio.run(ScalingSampler(store.client, experiment_name, again.generate, plan(k_inf=8)).run(questions))
+        asyncio.run(ScalingSampler(store.client, experiment_name, again.generate, plan(k_inf=8, seed=3)).run(questions))
 
 
 @pytest.fixture(scope="module")
@@ -136,10 +214,23 @@ def test_scaling_job_end_to_end_on_a_real_model(store, experiment_name, tmp_path
                  "heatmap.png", "curves.png"):
         assert (out / name).exists(), name
     saved = json.loads((out / "summary.json").read_text())
-    assert set(saved["curves"]) == {"pass", "consistency", "best_of_n", "weighted_best_of_n", "verification"}
+    assert set(saved["curves"]) == {"pass", "consistency", "best_of_n", "weighted_best_of_n", "verification",
+                                    "verification_tie"}
+    assert {(d["strategy"], d["k"]) for d in saved["differences"]} >= {("verification", 4), ("verification_tie", 4)}
+    assert set(saved["unparsable"]) == {"verdicts", "comparisons"}
+    assert "Paired differences" in (out / "report.md").read_text()
     assert [p["k"] for p in saved["curves"]["verification"]] == [1, 2, 4]
     assert saved["heatmap"]["k_verif_values"] == [1, 2]
     bench = summary["verification_benchmark"]
     assert bench["triples"] == 3 and 0 <= bench["unparsable_rate"] <= 1
     assert ScoredPool.load(out / "pool.npz").shape == (4, 4, 2)
     assert store.experiments.get(experiment_name).status == "done"
+
+
+def test_majority_fallback_settles_a_tied_vote_at_random_not_by_first_seen():
+    oracle = ArithOracle([WRONG, RIGHT])
+    picked = {asyncio.run(search_and_select(oracle.generate, f"Q: {QUESTION}\nA:", question=QUESTION,
+                                            options=SearchOptions(k=2, verify=0, style="compact"),
+                                            params=SamplingParams(max_tokens=32, seed=s))).answer
+              for s in range(20)}
+    assert picked == {"8", "9"}

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from search.arith_problems import check_text, corrupt, make_problems, seed_corpus
+from search.scaling.arith_problems import check_text, corrupt, make_problems, seed_corpus
 from verifiers.math_answers import (
     extract_answer,
     group_answers,

@@ -8,23 +8,32 @@ import math
 import numpy as np
 import pytest
 
-from search.scaling_pool import ScoredPool, mean_verdict, synthetic_pool
-from search.strategies import STRATEGIES, Draws, StrategyOptions, get_strategy, pass_at_k_estimate
-from search.strategies import reference as ref
-from search.strategies.best_of_n import best_rank_weights
-from search.strategies.verification import cap_per_class, verdict_means
+from search.scaling.pool import ScoredPool, mean_verdict, synthetic_pool
+from search.scaling.selection import top_per_answer
+from search.scaling.strategies import (
+    STRATEGIES,
+    Draws,
+    StrategyOptions,
+    get_strategy,
+    pass_at_k_estimate,
+)
+from search.scaling.strategies import reference as ref
+from search.scaling.strategies.best_of_n import best_rank_weights
 
 
 def hand_pool(answers, correct_classes, verdicts, compare=None) -> ScoredPool:
-    """One question: candidates with answer classes, per-candidate verdict lists."""
+    """One question: candidates with answer classes, per-candidate verdict lists, and stored
+    comparisons {(class shown first, class second): [first won, second won, unparsable]}."""
     answers = np.array([answers], np.int32)
     a = max(int(answers.max()) + 1, 1)
     answer_correct = np.zeros((1, a), bool)
     answer_correct[0, list(correct_classes)] = True
     correct = answer_correct[0][np.maximum(answers, 0)] & (answers >= 0)
     v = np.array([verdicts], np.int8)
-    win = np.full((1, a, a), 0.5) if compare is None else np.array([compare], float)
-    return ScoredPool(["q0"], correct, answers, answer_correct, v, win, mean_verdict(v))
+    counts = np.zeros((1, a, a, 3), np.int32)
+    for (x, y), c in (compare or {}).items():
+        counts[0, x, y] = c
+    return ScoredPool(["q0"], correct, answers, answer_correct, v, counts, mean_verdict(v))
 
 
 def test_pass_at_k_estimator_matches_binomials():
@@ -52,7 +61,7 @@ def test_best_of_n_shares_correctness_among_tied_scores():
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_vectorized_matches_per_question_reference(name, preliminary):
     pool = synthetic_pool(40, 12, 8, seed=3, true_positive=0.6, false_positive=0.4)
-    options = StrategyOptions(preliminary=preliminary, n_preliminary=3, max_per_answer=2)
+    options = StrategyOptions(preliminary=preliminary, n_preliminary=3, max_per_answer=2, k_tie=3)
     draws = Draws(pool, seeds=150, seed=1)
     for k in (1, 5, 12):
         fast = get_strategy(name)(pool, draws, k=k, k_verif=4, options=options).per_question.mean()
@@ -76,50 +85,85 @@ def test_verification_prefers_the_better_verified_answer_over_the_majority():
     assert get_strategy("consistency")(pool, d, k=4, k_verif=None, options=opts).per_question[0] == 0.0
 
 
+def run(name, pool, k, k_verif, seeds=5, **options):
+    return get_strategy(name)(pool, Draws(pool, seeds=seeds), k=k, k_verif=k_verif,
+                              options=StrategyOptions(**options)).per_question[0]
+
+
 def test_verification_breaks_top_group_ties_with_comparisons():
-    # both answers verify perfectly; comparisons say class 1 beats class 0 (and it is the right one)
-    compare = [[0.5, 0.2], [0.8, 0.5]]
+    # both answers verify perfectly; comparisons always say class 1 (the right one) wins
+    compare = {(1, 0): [5, 0, 0], (0, 1): [0, 5, 0]}
     pool = hand_pool([0, 0, 1], {1}, [[1, 1]] * 3, compare)
-    res = get_strategy("verification")(pool, Draws(pool, seeds=5), k=3, k_verif=2, options=StrategyOptions())
-    assert res.per_question[0] == 1.0
-    flipped = hand_pool([0, 0, 1], {1}, [[1, 1]] * 3, [[0.5, 0.8], [0.2, 0.5]])
-    res = get_strategy("verification")(flipped, Draws(flipped, seeds=5), k=3, k_verif=2, options=StrategyOptions())
-    assert res.per_question[0] == 0.0
+    assert run("verification_tie", pool, 3, 2) == 1.0
+    flipped = hand_pool([0, 0, 1], {1}, [[1, 1]] * 3, {(1, 0): [0, 5, 0], (0, 1): [5, 0, 0]})
+    assert run("verification_tie", flipped, 3, 2) == 0.0
+
+
+@pytest.mark.parametrize("k_tie, want", [(1, 0.6), (3, 0.6**3 + 3 * 0.6**2 * 0.4)])
+def test_tie_break_replays_draws_from_the_stored_comparisons(k_tie, want):
+    # the right answer (1) won 3 of 5 stored comparisons in each order: a real tie-break with
+    # k_tie comparisons wins as often as a binomial says, not always (the old expected-rate bug)
+    compare = {(1, 0): [3, 2, 0], (0, 1): [2, 3, 0]}
+    pool = hand_pool([0, 1], {1}, [[1, 1]] * 2, compare)
+    assert run("verification_tie", pool, 2, 2, seeds=4000, k_tie=k_tie) == pytest.approx(want, abs=0.03)
+    # the replay draws from the ordered pair: a rate of 0.45 still wins 45% of 1-comparison matchups
+    low = hand_pool([0, 1], {1}, [[1, 1]] * 2, {(1, 0): [9, 11, 0], (0, 1): [11, 9, 0]})
+    assert run("verification_tie", low, 2, 2, seeds=4000, k_tie=1) == pytest.approx(0.45, abs=0.03)
+
+
+def test_answerless_candidates_are_never_selected_nor_change_the_tie_break():
+    # two answerless candidates verify best: they are not selectable while an answer exists
+    pool = hand_pool([-1, -1, 0, 1], {0}, [[1, 1, 1]] * 2 + [[1, 1, 0], [0, 0, 1]])
+    assert run("verification", pool, 4, 3) == 1.0
+    assert run("verification_tie", pool, 4, 3) == 1.0
+    # A beats B, B beats C, C and A are even: answerless members in the top group must not
+    # move the winner (they used to count as automatic losses in everyone's win rate)
+    compare = {(0, 1): [4, 0, 0], (1, 0): [0, 4, 0], (1, 2): [4, 0, 0], (2, 1): [0, 4, 0],
+               (0, 2): [2, 2, 0], (2, 0): [2, 2, 0]}
+    a = hand_pool([0, 1, 2], {0}, [[1, 1]] * 3, compare)
+    b = hand_pool([0, 1, 2, -1, -1], {0}, [[1, 1]] * 5, compare)
+    with_none = run("verification_tie", b, 5, 2, seeds=2000, k_tie=4)
+    assert run("verification_tie", a, 3, 2, seeds=2000, k_tie=4) == pytest.approx(with_none, abs=0.05)
 
 
 def test_top_margin_decides_who_enters_the_top_group():
-    # means 1.0 (wrong) and 0.96 (right); comparisons favour the right one
+    # scores 1.0 (wrong) and 0.96 (right); comparisons favour the right one
     verdicts = [[1] * 25, [1] * 24 + [0]]
-    pool = hand_pool([0, 1], {1}, verdicts, [[0.5, 0.1], [0.9, 0.5]])
-    acc = {m: get_strategy("verification")(pool, Draws(pool, seeds=2), k=2, k_verif=25,
-                                           options=StrategyOptions(top_margin=m)).per_question[0] for m in (0.0, 0.05)}
+    pool = hand_pool([0, 1], {1}, verdicts, {(1, 0): [5, 0, 0], (0, 1): [0, 5, 0]})
+    acc = {m: run("verification_tie", pool, 2, 25, seeds=2, top_margin=m) for m in (0.0, 0.05)}
     assert acc == {0.0: 0.0, 0.05: 1.0}
+    assert run("verification", pool, 2, 25, seeds=2, top_margin=0.05) == 0.0  # no tie-break: best score
 
 
-def test_unparsable_verdicts_are_left_out_of_the_mean():
-    pool = hand_pool([0, 1], {0}, [[1, -1, -1], [1, 0, 0]])
-    assert pool.score[0].tolist() == pytest.approx([1.0, 1 / 3])
-    res = get_strategy("verification")(pool, Draws(pool, seeds=3), k=2, k_verif=3, options=StrategyOptions())
-    assert res.per_question[0] == 1.0
+def test_unparsable_verdicts_count_as_zero():
+    # the wrong one has a single parsable verdict (a 1): left out of the mean it scored 1.0
+    pool = hand_pool([0, 1], {1}, [[1, -1, -1, -1], [1, 1, 1, 0]])
+    assert pool.score[0].tolist() == pytest.approx([0.25, 0.75])
+    assert run("verification", pool, 2, 4) == 1.0
+    assert pool.unparsable_rates()["verdicts"] == pytest.approx(3 / 8)
 
 
-def test_preliminary_round_marks_weak_candidates_and_keeps_all_verdicts_in_the_mean():
-    pool = hand_pool([0, 1, 1], {0}, [[1, 1, 1, 1], [0, 0, 0, 0], [1, 0, 1, 0]])
-    opts = StrategyOptions(preliminary=True, n_preliminary=2, preliminary_threshold=0.2)
-    draws = Draws(pool, seeds=200)
-    means, passed = verdict_means(pool, draws, 4, opts)
-    assert passed[:, 0, 0].all() and not passed[:, 0, 1].any()
-    assert 0 < passed[:, 0, 2].mean() < 1  # drawn (1, 0) pass, (0, 0) does not: 1/6 of the time
-    assert passed[:, 0, 2].mean() == pytest.approx(5 / 6, abs=0.1)
-    # the final mean covers all k_verif verdicts, preliminary ones included
-    np.testing.assert_allclose(means[:, 0], np.broadcast_to([1.0, 0.0, 0.5], (200, 3)))
+def test_preliminary_round_keeps_the_best_scored_per_answer():
+    # class 0 (right) has a weak and a strong member, class 1 one in between; with one kept
+    # per answer, keeping the first-drawn member of class 0 lost half the time
+    verdicts = [[1, 0, 1, 0], [1, 1, 1, 1], [1, 1, 1, 0]]
+    pool = hand_pool([0, 0, 1], {0}, verdicts)
+    opts = dict(preliminary=True, n_preliminary=4, max_per_answer=1, preliminary_threshold=0.2)
+    assert run("verification", pool, 3, 4, seeds=50, **opts) == 1.0
 
 
-def test_cap_per_class_keeps_the_first_members_of_each_class():
-    classes = np.array([[[2, 2, 1, 2, 1, 2, -1, -1]]])
-    keep = np.array([[[True, False, True, True, True, True, True, True]]])
-    got = cap_per_class(classes, keep, 2)
-    assert got[0, 0].tolist() == [True, False, True, True, True, False, True, True]
+def test_preliminary_round_with_no_survivor_falls_back_to_everyone():
+    pool = hand_pool([0, 1], {0}, [[1, 0, 0, 0], [0, 0, 0, 0]])
+    opts = dict(preliminary=True, n_preliminary=4, preliminary_threshold=0.5)
+    assert run("verification", pool, 2, 4, **opts) == 1.0
+
+
+def test_top_per_answer_keeps_the_best_scored_members_of_each_class():
+    classes = np.array([[2, 2, 1, 2, 1, 2, -1, -1]])
+    keep = np.array([[True, False, True, True, True, True, True, True]])
+    score = np.array([[0.1, 0.9, 0.2, 0.5, 0.3, 0.5, 0.0, 0.0]])
+    got = top_per_answer(classes, keep, score, 2)
+    assert got[0].tolist() == [False, False, True, True, True, True, True, True]
 
 
 def test_unknown_strategy_lists_the_known_ones():

@@ -119,7 +119,7 @@ def build_app(backend: Backend, *, model_name: str, api_key: str | None = None,
 
     async def searched_chat(req: ChatCompletionRequest, messages: list[dict], max_tokens: int) -> dict[str, Any]:
         """Sampling-based search with self-verification: k candidates, verdicts, one answer."""
-        from search.service_search import SearchOptions, search_and_select
+        from search.scaling.service_search import SearchOptions, search_and_select
 
         try:
             options = SearchOptions.from_request(req.search)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from search.scaling_pool import ScoredPool
-from search.strategies.base import (
+from search.scaling.pool import ScoredPool
+from search.scaling.strategies.base import (
     Draws,
     StrategyOptions,
     StrategyResult,
@@ -19,5 +19,5 @@ def consistency(pool: ScoredPool, draws: Draws, *, k: int, k_verif: int | None, 
     check_k(pool, k, None)
     classes = draws.take_answers(k)
     chosen, cast = vote(classes, np.ones(classes.shape), pool.answer_correct.shape[1], draws.rng)
-    acc = class_correct(pool, chosen, cast).mean(0)
-    return StrategyResult("consistency", k, None, acc, exact=False)
+    ok = class_correct(pool, chosen, cast)
+    return StrategyResult("consistency", k, None, ok.mean(0), exact=False, per_draw=ok)

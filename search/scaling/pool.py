@@ -9,8 +9,9 @@ Arrays (Q questions, N candidates each, V verdicts per candidate, A answer class
 - answer_ids    int  [Q, N]   equivalence class of its final answer; -1 = no final answer
 - answer_correct bool [Q, A]  whether class a is the gold answer (padding classes: False)
 - verdicts      int8 [Q, N, V] self-verification: 1, 0, or -1 = unparsable (never guessed)
-- compare_win   float [Q, A, A] P(a response answering a beats one answering b) in pairwise
-                comparisons, from the stored comparisons; 0.5 where no comparison was made
+- compare_counts int [Q, A, A, 3] the stored pairwise comparisons of a response answering a
+                (shown first) against one answering b (second): [first won, second won,
+                unparsable]; the tie-break replays draws from these, per ordered pair
 - score         float [Q, N]  a scalar score for Best-of-N (default: mean verdict over all V)
 """
 
@@ -22,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
-ARRAYS = ("correct", "answer_ids", "answer_correct", "verdicts", "compare_win", "score")
+from search.scaling.selection import verdict_score
+
+ARRAYS = ("correct", "answer_ids", "answer_correct", "verdicts", "compare_counts", "score")
 
 
 @dataclass
@@ -32,14 +35,14 @@ class ScoredPool:
     answer_ids: np.ndarray
     answer_correct: np.ndarray
     verdicts: np.ndarray
-    compare_win: np.ndarray
+    compare_counts: np.ndarray
     score: np.ndarray
 
     def __post_init__(self):
         q, n = self.correct.shape
         v = self.verdicts.shape[2]
         a = self.answer_correct.shape[1]
-        want = {"answer_ids": (q, n), "verdicts": (q, n, v), "compare_win": (q, a, a), "score": (q, n)}
+        want = {"answer_ids": (q, n), "verdicts": (q, n, v), "compare_counts": (q, a, a, 3), "score": (q, n)}
         for name, shape in want.items():
             if getattr(self, name).shape != shape:
                 raise ValueError(f"ScoredPool.{name} has shape {getattr(self, name).shape}, expected {shape}")
@@ -59,8 +62,25 @@ class ScoredPool:
         return (v == 1).sum(-1), (v == 0).sum(-1), (v < 0).sum(-1)
 
     def ambiguous(self) -> np.ndarray:
-        """Questions with at least one correct candidate (where selection can matter)."""
+        """Questions with at least one correct candidate in the whole pool (see curves for the per-k rule)."""
         return self.correct.any(axis=1)
+
+    def consistency_solves(self) -> np.ndarray:
+        """Questions whose full-pool majority answer is correct and unique (the paper leaves them
+        out of "ambiguous": voting already gets them right)."""
+        q, a = self.answer_correct.shape
+        votes = np.zeros((q, a), np.int64)
+        qi, n = np.nonzero(self.answer_ids >= 0)
+        np.add.at(votes, (qi, self.answer_ids[qi, n]), 1)
+        best = votes.max(1, keepdims=True)
+        winners = (votes == best) & (best > 0)
+        return (winners & self.answer_correct).any(1) & (winners.sum(1) == 1)
+
+    def unparsable_rates(self) -> dict[str, float]:
+        """Share of verdicts and of stored comparisons that could not be parsed."""
+        games = self.compare_counts.sum()
+        return {"verdicts": float((self.verdicts < 0).mean()) if self.verdicts.size else 0.0,
+                "comparisons": float(self.compare_counts[..., 2].sum() / games) if games else 0.0}
 
     def subset(self, mask: np.ndarray) -> ScoredPool:
         idx = np.flatnonzero(mask)
@@ -79,7 +99,8 @@ class ScoredPool:
         """Build from per-question records (what the scaling job stores in Redis).
 
         A record: {"id", "candidates": [{"answer_id", "correct", "verdicts": [1, 0, -1, ...]}],
-        "answer_correct": [bool per class], "comparisons": [[class_a, class_b, winner 1|2|-1], ...]}.
+        "answer_correct": [bool per class], "comparisons": [[class_a, class_b, winner 1|2|-1], ...]}
+        (class_a's response shown first; -1 = unparsable).
         Every question must have the same number of candidates and verdicts.
         """
         if not records:
@@ -96,8 +117,7 @@ class ScoredPool:
         answer_ids = np.full((q, n), -1, np.int32)
         answer_correct = np.zeros((q, a), bool)
         verdicts = np.zeros((q, n, v), np.int8)
-        wins = np.zeros((q, a, a))
-        games = np.zeros((q, a, a))
+        counts = np.zeros((q, a, a, 3), np.int32)
         for i, r in enumerate(records):
             for j, c in enumerate(r["candidates"]):
                 correct[i, j] = bool(c["correct"])
@@ -105,23 +125,15 @@ class ScoredPool:
                 verdicts[i, j] = c["verdicts"]
             answer_correct[i, : len(r["answer_correct"])] = r["answer_correct"]
             for x, y, winner in r.get("comparisons", []):
-                if winner not in (1, 2) or x == y:  # unparsable comparisons carry no information
-                    continue
-                games[i, x, y] += 1
-                games[i, y, x] += 1
-                wins[i, x, y] += winner == 1
-                wins[i, y, x] += winner == 2
-        # Laplace-smoothed: one comparison is evidence, not certainty; none at all stays 0.5.
-        compare_win = (wins + 0.5) / (games + 1.0)
+                if x != y:  # same-answer comparisons cannot decide between answers
+                    counts[i, x, y, {1: 0, 2: 1}.get(winner, 2)] += 1
         score = mean_verdict(verdicts)
-        return cls([str(r["id"]) for r in records], correct, answer_ids, answer_correct, verdicts, compare_win, score)
+        return cls([str(r["id"]) for r in records], correct, answer_ids, answer_correct, verdicts, counts, score)
 
 
 def mean_verdict(verdicts: np.ndarray) -> np.ndarray:
-    """Mean over parsable verdicts; -1 for a candidate with none (ranked below every scored one)."""
-    ones = (verdicts == 1).sum(-1)
-    valid = (verdicts >= 0).sum(-1)
-    return np.where(valid > 0, ones / np.maximum(valid, 1), -1.0)
+    """Share of 1 verdicts, unparsable ones counted as 0 (search.scaling.selection.verdict_score)."""
+    return verdict_score((verdicts == 1).sum(-1), verdicts.shape[-1])
 
 
 def synthetic_pool(
@@ -150,8 +162,14 @@ def synthetic_pool(
     a = wrong_classes + 1
     answer_correct = np.zeros((q, a), bool)
     answer_correct[:, 0] = True
-    win = np.full((q, a, a), 0.5)
-    win[:, 0, 1:] = compare_accuracy
-    win[:, 1:, 0] = 1 - compare_accuracy
+    # 20 stored comparisons per ordered pair of answers; the right answer wins compare_accuracy
+    # of them, wrong-vs-wrong is a coin flip
+    p_first = np.full((a, a), 0.5)
+    p_first[0, 1:] = compare_accuracy
+    p_first[1:, 0] = 1 - compare_accuracy
+    n_bad = rng.binomial(20, unparsable, (q, a, a))
+    first = rng.binomial(20 - n_bad, np.broadcast_to(p_first, (q, a, a)))
+    win = np.stack([first, 20 - n_bad - first, n_bad], -1).astype(np.int32)
+    win[:, np.arange(a), np.arange(a)] = 0
     ids = [f"synthetic-{seed}-{i}" for i in range(q)]
     return ScoredPool(ids, correct, answer_ids, answer_correct, verdict, win, mean_verdict(verdict))

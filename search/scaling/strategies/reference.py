@@ -11,13 +11,13 @@ from collections import Counter
 
 import numpy as np
 
-from search.scaling_pool import ScoredPool
-from search.strategies.base import EPS, StrategyOptions
+from search.scaling.pool import ScoredPool
+from search.scaling.strategies.base import EPS, StrategyOptions
 
 
-def _mean(verdicts: list[int]) -> float:
-    valid = [x for x in verdicts if x >= 0]
-    return sum(valid) / len(valid) if valid else -1.0
+def _score(verdicts: list[int]) -> float:
+    """Share of 1 verdicts; an unparsable one counts as 0."""
+    return sum(x == 1 for x in verdicts) / len(verdicts)
 
 
 def pass_at_k(correct: list[bool], k: int) -> float:
@@ -53,41 +53,46 @@ def weighted_best_of_n(answers: list[int], scores: list[float], classes_ok: list
     return classes_ok[rng.choice([a for a, t in totals.items() if t == top])]
 
 
-def verification(answers: list[int], verdicts: list[list[int]], classes_ok: list[bool], compare: np.ndarray,
-                 k: int, k_verif: int, options: StrategyOptions, rng: random.Random) -> bool:
+def verification(answers: list[int], verdicts: list[list[int]], classes_ok: list[bool], counts: np.ndarray,
+                 k: int, k_verif: int, options: StrategyOptions, rng: random.Random, tie_break: bool) -> bool:
+    """The rules of search.scaling.selection, spelled out one candidate at a time."""
     pick = rng.sample(range(len(answers)), k)
     drawn = {i: rng.sample(verdicts[i], k_verif) for i in pick}
-    keep = list(pick)
+    keep = [i for i in pick if answers[i] >= 0] or list(pick)  # no answer: never selected
     if options.preliminary:
         first = min(options.n_preliminary, k_verif)
-        keep = [i for i in pick if _mean(drawn[i][:first]) >= options.preliminary_threshold - EPS]
+        prelim = {i: _score(drawn[i][:first]) for i in keep}
+        passed = [i for i in keep if prelim[i] >= options.preliminary_threshold - EPS]
         per: Counter = Counter()
         capped = []
-        for i in keep:
+        for i in sorted(passed, key=lambda i: (-prelim[i], pick.index(i))):
             if per[answers[i]] < options.max_per_answer:
                 capped.append(i)
                 per[answers[i]] += 1
-        keep = capped or list(pick)
-    means = {i: _mean(drawn[i]) for i in keep}
-    best = max(means.values())
-    top = [i for i in keep if means[i] >= best - options.top_margin - EPS]
-    groups = Counter(answers[i] for i in top)
-    if len(groups) > 1:  # expected round-robin win rate against the other answers in the top group
-
-        def beats(a: int, b: int) -> float:
-            if a < 0:
-                return 0.0
-            return 1.0 if b < 0 else float(compare[a, b])
-
-        def rate(a: int) -> tuple[float, int]:
-            others = sum(c for b, c in groups.items() if b != a)
-            return sum(c * beats(a, b) for b, c in groups.items() if b != a) / others, groups[a]
-
-        best_key = max(rate(a) for a in groups)
-        winner = rng.choice([a for a in groups if abs(rate(a)[0] - best_key[0]) < 1e-9 and rate(a)[1] == best_key[1]])
-    else:
-        (winner,) = groups
-    return winner >= 0 and classes_ok[winner]
+        keep = capped or keep
+    scores = {i: _score(drawn[i]) for i in keep}
+    best = max(scores.values())
+    top = [i for i in pick if i in scores and scores[i] >= best - options.top_margin - EPS]
+    winner = min(keep, key=lambda i: (-scores[i], pick.index(i)))
+    if tie_break and len({answers[i] for i in top}) > 1 and options.k_tie > 0:
+        wins: Counter = Counter()
+        for x, i in enumerate(top):
+            for j in top[x + 1:]:
+                if answers[i] == answers[j]:
+                    continue
+                for n in range(options.k_tie):
+                    first, second = (i, j) if n % 2 == 0 else (j, i)
+                    c = counts[answers[first], answers[second]].astype(float)
+                    if c.sum() == 0:
+                        c = counts[answers[second], answers[first]][[1, 0, 2]].astype(float)
+                    p = c / c.sum() if c.sum() else np.array([0.5, 0.5, 0.0])
+                    u = rng.random()
+                    if u < p[0]:
+                        wins[first] += 1
+                    elif u < p[0] + p[1]:
+                        wins[second] += 1
+        winner = min(top, key=lambda i: (-wins[i], -scores[i], pick.index(i)))
+    return answers[winner] >= 0 and classes_ok[answers[winner]]
 
 
 def curves_point(pool: ScoredPool, name: str, k: int, k_verif: int | None, seeds: int, options: StrategyOptions,
@@ -103,7 +108,7 @@ def curves_point(pool: ScoredPool, name: str, k: int, k_verif: int | None, seeds
             out.append(pass_at_k(correct, k))
             continue
         scores = pool.score[q].tolist()
-        verdicts = pool.verdicts[q].tolist() if name == "verification" else None
+        verdicts = pool.verdicts[q].tolist() if name.startswith("verification") else None
         hits = 0
         for _ in range(seeds):
             if name == "consistency":
@@ -113,6 +118,7 @@ def curves_point(pool: ScoredPool, name: str, k: int, k_verif: int | None, seeds
             elif name == "weighted_best_of_n":
                 hits += weighted_best_of_n(answers, scores, ok, k, rng)
             else:
-                hits += verification(answers, verdicts, ok, pool.compare_win[q], k, k_verif, options, rng)
+                hits += verification(answers, verdicts, ok, pool.compare_counts[q], k, k_verif, options, rng,
+                                     tie_break=name == "verification_tie")
         out.append(hits / seeds)
     return np.array(out)

@@ -16,28 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from search.scaling_pool import ScoredPool
+from search.scaling.pool import ScoredPool
+from search.scaling.selection import EPS, SelectionOptions  # noqa: F401  (re-exported)
 
-# Scores within this float slack of the top-group boundary count as inside it.
-EPS = 1e-9
-
-
-@dataclass
-class StrategyOptions:
-    top_margin: float = 0.05  # candidates within this of the best mean verdict form the top group
-    preliminary: bool = False  # score a few verdicts first and drop weak candidates before the rest
-    n_preliminary: int = 10  # verdicts in the preliminary round
-    preliminary_threshold: float = 0.2  # drop candidates whose preliminary mean is below this
-    max_per_answer: int = 15  # after the preliminary round keep at most this many per distinct answer
-
-    def __post_init__(self):
-        if not 0 <= self.top_margin < 1:
-            raise ValueError(f"StrategyOptions.top_margin={self.top_margin} must be in [0, 1)")
-        if self.n_preliminary < 1 or self.max_per_answer < 1:
-            raise ValueError("StrategyOptions.n_preliminary and max_per_answer must be >= 1")
-        if not 0 <= self.preliminary_threshold <= 1:
-            raise ValueError(f"StrategyOptions.preliminary_threshold={self.preliminary_threshold} must be in [0, 1]")
-
+# Verification@k's options live with the selection code both paths share.
+StrategyOptions = SelectionOptions
 
 @dataclass
 class StrategyResult:
@@ -46,6 +29,7 @@ class StrategyResult:
     k_verif: int | None  # None: the strategy does not use verdicts
     per_question: np.ndarray  # float [Q]: expected accuracy of each question
     exact: bool  # closed form (True) or an average over subsamples (False)
+    per_draw: np.ndarray | None = None  # [S, Q] accuracy of each subsample (None: exact forms)
 
 
 @dataclass
@@ -63,7 +47,6 @@ class Draws:
     order: np.ndarray = field(init=False)
     rng: np.random.Generator = field(init=False)
     _cache: dict = field(init=False, default_factory=dict)
-    _compare: np.ndarray | None = field(init=False, default=None)
     _takes: dict = field(init=False, default_factory=dict)
 
     def __post_init__(self):
@@ -87,19 +70,18 @@ class Draws:
             self._takes[key] = self.take(self.pool.answer_ids, k)
         return self._takes[key]
 
+    def cached_table(self, build) -> np.ndarray:
+        """The pool's comparison outcome table, built once per Draws."""
+        if "table" not in self._takes:
+            self._takes["table"] = build()
+        return self._takes["table"]
+
     def cached(self, key: tuple, build):
         """One cached value at a time (the last k_verif's scores): the grid loops k inside k_verif."""
         if key not in self._cache:
             self._cache.clear()
             self._cache[key] = build()
         return self._cache[key]
-
-
-    def cached_compare(self, pool: ScoredPool, build) -> np.ndarray:
-        """The pool's comparison matrix, built once per Draws."""
-        if self._compare is None:
-            self._compare = build(pool)
-        return self._compare
 
 
 def check_k(pool: ScoredPool, k: int, k_verif: int | None) -> None:

@@ -6,9 +6,12 @@ a batch cut short is redone, nothing stored twice):
 
 1. candidates: k_inf responses per question, final answers grouped by equivalence;
 2. verdicts: k_verif self-verification verdicts per candidate;
-3. comparisons: k_tie pairwise comparisons per question, round-robin over pairs of the
-   `compare_classes` answer classes whose best candidate verifies best (representatives
-   cycle through each class's best-verified candidates, orders alternate).
+3. comparisons: k_tie pairwise comparisons per pair of the `compare_classes` answer classes
+   whose best candidate verifies best, half in each order (representatives cycle through
+   each class's best-verified candidates); the offline tie-break replays draws from them.
+
+No two identical requests are sent (search.scaling.requests): repeats of one prompt go
+out as one request with n summed, so a seeded engine cannot return copies.
 
 Keys: ratchet:x:<experiment>:scaling:{candidates,verdicts,comparisons} are hashes whose
 fields are question ids and whose values are JSON.
@@ -23,7 +26,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from common.sampling import Generate, SamplingParams
-from store.keys import exp
+from search.scaling.requests import generate_each
+from search.scaling.selection import verdict_score
+from store import keys
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent
 from verifiers.selfverify import (
     Style,
@@ -42,7 +47,7 @@ PHASES = ("candidates", "verdicts", "comparisons")
 class SamplingPlan:
     k_inf: int  # candidates per question
     k_verif: int  # verdicts per candidate
-    k_tie: int  # pairwise comparisons per question
+    k_tie: int  # stored pairwise comparisons per pair of answer classes, half in each order
     compare_classes: int  # answer classes that take part in the comparisons
     temperature: float  # candidates
     verify_temperature: float  # verdicts and comparisons
@@ -60,7 +65,7 @@ class ScalingSampler:
         self.progress = progress or (lambda phase, done, total: None)
 
     def key(self, phase: str) -> str:
-        return exp(self.experiment, "scaling", phase)
+        return keys.scaling(self.experiment, phase)
 
     def stored(self, phase: str, ids: list[str]) -> dict[str, Any]:
         if not ids:
@@ -124,25 +129,24 @@ class ScalingSampler:
         p = self.plan
         cands = self.stored("candidates", [q["id"] for q in batch])
         prompts = [verify_prompt(q["question"], t, p.style) for q in batch for t in cands[q["id"]]["texts"]]
-        rows = iter(await self.generate(prompts, self._params(p.k_verif, p.verify_temperature, p.verify_max_tokens)))
+        rows = iter(await generate_each(self.generate, prompts, [p.k_verif] * len(prompts),
+                                        self._params(1, p.verify_temperature, p.verify_max_tokens), salt=1))
         return {q["id"]: [[verdict_code(parse_verification(c.text)) for c in next(rows)]
                           for _ in cands[q["id"]]["texts"]] for q in batch}
 
     def comparison_pairs(self, cand: dict[str, Any], verdicts: list[list[int]]) -> list[tuple[int, int]]:
         """k_tie ordered candidate pairs across the best-verified answer classes."""
-        scores = [sum(v for v in vs if v >= 0) / max(1, sum(v >= 0 for v in vs)) for vs in verdicts]
+        scores = [float(verdict_score(vs.count(1), len(vs))) for vs in verdicts]
         members: dict[int, list[int]] = {}
         for i in sorted(range(len(scores)), key=lambda i: -scores[i]):
             if cand["answer_ids"][i] >= 0:
                 members.setdefault(cand["answer_ids"][i], []).append(i)
         classes = sorted(members, key=lambda c: -scores[members[c][0]])[: self.plan.compare_classes]
-        class_pairs = list(itertools.combinations(classes, 2))
         pairs = []
-        for r in range(self.plan.k_tie if class_pairs else 0):
-            a, b = class_pairs[r % len(class_pairs)]
-            rnd = r // len(class_pairs)
-            i, j = members[a][rnd % len(members[a])], members[b][rnd % len(members[b])]
-            pairs.append((i, j) if rnd % 2 == 0 else (j, i))
+        for a, b in itertools.combinations(classes, 2):
+            for r in range(self.plan.k_tie):
+                i, j = members[a][(r // 2) % len(members[a])], members[b][(r // 2) % len(members[b])]
+                pairs.append((i, j) if r % 2 == 0 else (j, i))
         return pairs
 
     async def _comparisons(self, batch: list[dict[str, str]]) -> dict[str, Any]:
@@ -154,7 +158,8 @@ class ScalingSampler:
         if jobs:
             texts = lambda q, i: cands[q["id"]]["texts"][i]  # noqa: E731
             prompts = [compare_prompt(q["question"], texts(q, i), texts(q, j), p.style) for q, i, j in jobs]
-            rows = await self.generate(prompts, self._params(1, p.verify_temperature, p.verify_max_tokens))
+            rows = await generate_each(self.generate, prompts, [1] * len(prompts),
+                                       self._params(1, p.verify_temperature, p.verify_max_tokens), salt=2)
             for (q, i, j), (c,) in zip(jobs, rows, strict=True):
                 ids_ = cands[q["id"]]["answer_ids"]
                 out[q["id"]].append([i, j, ids_[i], ids_[j], verdict_code(parse_comparison(c.text))])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from search.scaling_pool import ScoredPool
-from search.strategies.base import (
+from search.scaling.pool import ScoredPool
+from search.scaling.strategies.base import (
     Draws,
     StrategyOptions,
     StrategyResult,
@@ -21,5 +21,5 @@ def weighted_best_of_n(pool: ScoredPool, draws: Draws, *, k: int, k_verif: int |
     classes = draws.take_answers(k)
     weights = np.maximum(draws.take(pool.score, k), 0.0)  # an unscored candidate (-1) adds nothing
     chosen, cast = vote(classes, weights, pool.answer_correct.shape[1], draws.rng)
-    acc = class_correct(pool, chosen, cast).mean(0)
-    return StrategyResult("weighted_best_of_n", k, None, acc, exact=False)
+    ok = class_correct(pool, chosen, cast)
+    return StrategyResult("weighted_best_of_n", k, None, ok.mean(0), exact=False, per_draw=ok)

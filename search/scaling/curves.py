@@ -6,9 +6,11 @@
 
 Each point is the mean over questions of the per-question expected accuracy (subsampled
 over `seeds` draws, or exact); its confidence interval is a percentile bootstrap over
-questions, all points sharing the same resamples (one matrix product for every point).
-"Ambiguous" questions have at least one correct candidate in the pool: the ones where
-selection matters, and where more samples can make verification more accurate.
+questions, all points sharing the same resamples (one matrix product for every point), and
+differences between strategies get a paired CI from those same resamples.
+"Ambiguous" follows the paper at each k: a draw of k candidates counts when it holds a
+correct one, and questions that full-pool majority vote already gets right are left out.
+Taken over the whole pool instead, that curve rose with k even for a useless verifier.
 """
 
 from __future__ import annotations
@@ -20,8 +22,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from search.scaling_pool import ScoredPool
-from search.strategies import STRATEGIES, USES_VERDICTS, Draws, StrategyOptions, get_strategy
+from search.scaling.pool import ScoredPool
+from search.scaling.strategies import (
+    STRATEGIES,
+    USES_VERDICTS,
+    Draws,
+    StrategyOptions,
+    get_strategy,
+)
 
 Subset = Literal["all", "ambiguous"]
 
@@ -34,7 +42,7 @@ def powers_up_to(n: int) -> list[int]:
 
 @dataclass
 class CurvesConfig:
-    strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))  # names in search.strategies.STRATEGIES
+    strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))  # names in search.scaling.strategies.STRATEGIES
     k_values: list[int] = field(default_factory=list)  # candidates per point; empty: 1, 2, 4, ..., k_inf
     k_verif_values: list[int] = field(default_factory=list)  # verdicts per candidate; empty: 1, 2, 4, ..., k_verif
     seeds: int = 20  # subsamples averaged per point
@@ -70,7 +78,9 @@ class Curves:
     k_values: list[int]
     k_verif_values: list[int]
     pool_shape: tuple[int, int, int]
-    ambiguous: int  # questions with at least one correct candidate
+    ambiguous: int  # questions with a correct candidate that full-pool majority vote gets wrong
+    differences: list[dict[str, Any]] = field(default_factory=list)  # paired CIs, see compute_curves
+    unparsable: dict[str, float] = field(default_factory=dict)  # share of unparsable verdicts, comparisons
 
     def curve(self, strategy: str, subset: Subset = "all") -> list[CurvePoint]:
         """Accuracy vs k; strategies that use verdicts at the largest k_verif."""
@@ -98,11 +108,17 @@ class Curves:
             "pool": dict(zip(("questions", "k_inf", "k_verif"), self.pool_shape, strict=True)),
             "ambiguous_questions": self.ambiguous,
             "curves": {s: rows(s, "all") for s in self.strategies()},
-            "curves_ambiguous": {s: rows(s, "ambiguous") for s in self.strategies()},
+            "curves_ambiguous": {s: rows(s, "ambiguous") for s in self.strategies() if self.curve(s, "ambiguous")},
+            "differences": self.differences,
+            "unparsable": self.unparsable,
         }
         if any(s in USES_VERDICTS for s in self.strategies()):
             out["heatmap"] = {"k_values": self.k_values, "k_verif_values": self.k_verif_values,
                               "accuracy": np.round(self.heatmap(), 6).tolist()}
+            # implicit scaling: on ambiguous draws, more verdicts per candidate should help
+            out["heatmap_ambiguous"] = {"k_values": self.k_values, "k_verif_values": self.k_verif_values,
+                                        "accuracy": [[None if np.isnan(x) else round(float(x), 6) for x in row]
+                                                     for row in self.heatmap("ambiguous")]}
         return out
 
     def write_csv(self, path: str | Path) -> None:
@@ -112,14 +128,28 @@ class Curves:
             w.writerows(asdict(p) for p in self.points)
 
 
-def bootstrap_ci(per_question: np.ndarray, resamples: int, confidence: float,
-                 rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile CIs of the mean over questions, for every row of per_question [P, Q] at once."""
-    q = per_question.shape[1]
-    counts = rng.multinomial(q, np.full(q, 1.0 / q), size=resamples)  # [B, Q]: how often each question is drawn
-    means = per_question @ counts.T / q  # [P, B]
+def resample_counts(q: int, resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """[B, Q]: how often each question is drawn in each bootstrap resample."""
+    return rng.multinomial(q, np.full(q, 1.0 / q), size=resamples)
+
+
+def bootstrap_ci(per_question: np.ndarray, resamples: int | np.ndarray, confidence: float,
+                 rng: np.random.Generator | None = None, weights: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile CIs of sum(per_question) / sum(weights) over resampled questions, every row at once.
+
+    per_question [P, Q]; weights [P, Q] (default 1: the plain mean); `resamples` is a count or
+    the [B, Q] counts themselves, so that several calls share one set of resamples (paired CIs).
+    """
+    counts = resample_counts(per_question.shape[1], resamples, rng) if np.isscalar(resamples) else resamples
+    weights = np.ones_like(per_question, float) if weights is None else weights
+    means = (per_question @ counts.T) / np.maximum(weights @ counts.T, 1e-12)  # [P, B]
     tail = (1 - confidence) / 2 * 100
     return np.percentile(means, tail, axis=1), np.percentile(means, 100 - tail, axis=1)
+
+
+# Paired comparisons reported at every k: (strategy, baseline).
+DIFFERENCES = (("verification", "consistency"), ("verification_tie", "consistency"))
 
 
 def compute_curves(pool: ScoredPool, cfg: CurvesConfig) -> Curves:
@@ -132,6 +162,9 @@ def compute_curves(pool: ScoredPool, cfg: CurvesConfig) -> Curves:
     draws = Draws(pool, seeds=cfg.seeds, seed=cfg.seed)
     keys: list[tuple[str, int, int | None]] = []
     rows: list[np.ndarray] = []
+    amb_num: list[np.ndarray | None] = []
+    amb_den: list[np.ndarray | None] = []
+    solved = pool.consistency_solves()
     for name in cfg.strategies:
         fn = get_strategy(name)
         for kv in (kvs if name in USES_VERDICTS else [None]):
@@ -139,22 +172,46 @@ def compute_curves(pool: ScoredPool, cfg: CurvesConfig) -> Curves:
                 res = fn(pool, draws, k=k, k_verif=kv, options=cfg.options)
                 keys.append((name, k, kv))
                 rows.append(res.per_question)
+                if res.per_draw is None:  # exact forms have no draws to condition on
+                    amb_num.append(None)
+                    amb_den.append(None)
+                    continue
+                mask = draws.take(pool.correct, k).any(-1) & ~solved[None, :]  # [S, Q]
+                amb_num.append((res.per_draw * mask).sum(0))
+                amb_den.append(mask.sum(0).astype(float))
     per_q = np.stack(rows)  # [P, Q]
-    rng = np.random.default_rng(cfg.seed + 1)
+    counts = resample_counts(q, cfg.bootstrap, np.random.default_rng(cfg.seed + 1))
     points: list[CurvePoint] = []
-    amb = pool.ambiguous()
-    for subset, mask in (("all", np.ones(q, bool)), ("ambiguous", amb)):
-        if not mask.any():
-            continue
-        sub = per_q[:, mask]
-        lo, hi = bootstrap_ci(sub, cfg.bootstrap, cfg.confidence, rng)
-        for (name, k, kv), acc, a, b in zip(keys, sub.mean(1), lo, hi, strict=True):
-            points.append(CurvePoint(name, subset, k, kv, float(acc), float(a), float(b), int(mask.sum())))
-    return Curves(points, ks, kvs, (q, n, v), int(amb.sum()))
+    lo, hi = bootstrap_ci(per_q, counts, cfg.confidence)
+    for (name, k, kv), acc, a, b in zip(keys, per_q.mean(1), lo, hi, strict=True):
+        points.append(CurvePoint(name, "all", k, kv, float(acc), float(a), float(b), q))
+    has = [i for i, x in enumerate(amb_num) if x is not None and amb_den[i].sum() > 0]
+    if has:
+        num, den = np.stack([amb_num[i] for i in has]), np.stack([amb_den[i] for i in has])
+        lo, hi = bootstrap_ci(num, counts, cfg.confidence, weights=den)
+        for i, nu, de, a, b in zip(has, num, den, lo, hi, strict=True):
+            name, k, kv = keys[i]
+            # questions: the mean number of ambiguous questions per draw
+            points.append(CurvePoint(name, "ambiguous", k, kv, float(nu.sum() / de.sum()), float(a), float(b),
+                                     int(round(de.sum() / cfg.seeds))))
+    index = {key: i for i, key in enumerate(keys)}
+    differences = []
+    for a_name, b_name in DIFFERENCES:
+        kv = max(kvs) if a_name in USES_VERDICTS else None
+        for k in ks:
+            if (a_name, k, kv) in index and (b_name, k, None) in index:
+                diff = per_q[index[(a_name, k, kv)]] - per_q[index[(b_name, k, None)]]
+                lo, hi = bootstrap_ci(diff[None], counts, cfg.confidence)
+                differences.append({"strategy": a_name, "baseline": b_name, "k": k, "k_verif": kv,
+                                    "difference": float(diff.mean()), "ci_low": float(lo[0]),
+                                    "ci_high": float(hi[0])})
+    amb = int((pool.ambiguous() & ~solved).sum())
+    return Curves(points, ks, kvs, (q, n, v), amb, differences, pool.unparsable_rates())
 
 
 LABELS = {"pass": "pass@k (oracle)", "consistency": "Consistency@k", "best_of_n": "Best-of-N",
-          "weighted_best_of_n": "weighted Best-of-N", "verification": "Verification@k"}
+          "weighted_best_of_n": "weighted Best-of-N", "verification": "Verification@k",
+          "verification_tie": "Verification@k + tie-break"}
 
 
 def plot_curves(curves: Curves, out_dir: str | Path) -> list[Path]:

@@ -1,0 +1,70 @@
+"""The scaling experiment's config, declared in one place (a comment per field).
+
+Loaded from YAML by common.config (configs/scaling-*.yaml) with field=value overrides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from search.scaling.curves import CurvesConfig
+from search.scaling.sampling import SamplingPlan
+from training.seed import SeedConfig
+
+
+def demo_seed() -> SeedConfig:
+    return SeedConfig(preset="tiny", corpus="search.scaling.arith_problems:seed_corpus", n=4000, max_steps=600,
+                      max_length=256)
+
+
+@dataclass
+class ScalingConfig:
+    experiment: str = "scaling"  # Redis namespace; outputs go to runs_dir/experiment/
+    runs_dir: str = "runs"
+    mode: Literal["curves", "verification_benchmark", "both"] = "curves"  # what to run
+    dataset: str = "arith"  # "arith" (generated offline) or a JSONL of {question, answer} rows
+    questions: int = 500  # first N questions of the dataset
+    arith_seed: int = 1000  # seed of generated problems (the seed corpus uses 0)
+    triples: str = "arith"  # verification benchmark: "arith" or a JSONL of {question, correct, wrong}
+    benchmark_triples: int = 100  # triples used by the verification benchmark
+    model: str = "seed"  # "seed": build/reuse the offline seed model; else a checkpoint (or served model name)
+    seed_model: SeedConfig = field(default_factory=demo_seed)  # used when model == "seed"
+    engine: str = "transformers"  # search.engines name
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. batch_size, base_url
+    sampler: Literal["pool", "local"] = "pool"  # Ray SamplerPool, or one engine in this process
+    num_actors: int = 1  # sampler actors (pool only)
+    prompt_style: Literal["full", "compact"] = "full"  # "compact" is what the seed model was trained on
+    k_inf: int = 200  # candidates per question (REFERENCES: 200)
+    k_verif: int = 50  # verdicts per candidate (REFERENCES: 50)
+    k_tie: int = 100  # stored pairwise comparisons per pair of answer classes (REFERENCES: 100 per matchup)
+    compare_classes: int = 4  # best-verified answer classes that enter the comparisons
+    temperature: float = 1.5  # candidate sampling (REFERENCES: 1.5)
+    verify_temperature: float = 1.0  # verdicts and comparisons (REFERENCES: 1.0)
+    max_tokens: int = 2048  # per candidate
+    verify_max_tokens: int = 2048  # per verdict or comparison
+    batch_questions: int = 8  # questions per stored batch (the resumable unit)
+    sample_seed: int | None = 0  # sampling seed (None: fresh randomness)
+    # subsampling, CIs, and Verification@k's selection options (curves.options.k_tie: replayed
+    # comparisons per matchup, drawn from the stored ones)
+    curves: CurvesConfig = field(default_factory=CurvesConfig)
+
+    def __post_init__(self):
+        for name in ("questions", "k_inf", "k_verif", "num_actors", "batch_questions", "compare_classes",
+                     "max_tokens", "verify_max_tokens", "benchmark_triples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.k_tie < 0:
+            raise ValueError(f"k_tie={self.k_tie} must be >= 0")
+        if self.temperature < 0 or self.verify_temperature < 0:
+            raise ValueError("temperature and verify_temperature must be >= 0")
+
+    def plan(self) -> SamplingPlan:
+        return SamplingPlan(
+            k_inf=self.k_inf, k_verif=self.k_verif, k_tie=self.k_tie, compare_classes=self.compare_classes,
+            temperature=self.temperature, verify_temperature=self.verify_temperature, max_tokens=self.max_tokens,
+            verify_max_tokens=self.verify_max_tokens, style=self.prompt_style, batch_questions=self.batch_questions,
+            seed=self.sample_seed,
+        )
+
+

@@ -1,0 +1,143 @@
+"""The scaling experiment as a plain class: one method per step.
+
+    exp = ScalingExperiment(cfg, store, run_dir, generate)
+    summary = exp.run()      # = questions -> sample -> curves -> benchmark -> write
+
+Samples k_inf candidates per question and k_verif self-verification verdicts per candidate
+(plus k_tie stored pairwise comparisons per pair of answer classes), stores everything in
+Redis (a rerun resumes), then computes every strategy's accuracy at every (k, k_verif) by
+subsampling the stored pool, with bootstrap CIs over questions. `generate` is any async
+(prompts, params) -> completions: make_generate() builds one over the SamplerPool or an
+in-process engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common.sampling import Completion, Generate, Prompt, SamplingParams
+from search.scaling.arith_problems import arith_triples, make_problems
+from search.scaling.config import ScalingConfig
+from search.scaling.curves import compute_curves
+from search.scaling.pool import ScoredPool
+from search.scaling.report import report, write_outputs
+from search.scaling.sampling import ScalingSampler
+from store import Store
+from store.codehash import content_hash
+from verifiers.math_answers import load_jsonl_dataset
+from verifiers.selfverify import compare_prompt, parse_comparison, parse_verification, verify_prompt
+
+CPUS_PER_SAMPLER = 1.0  # each sampler actor's CPU share; engines use that many threads
+
+
+def load_questions(cfg: ScalingConfig) -> list[dict[str, str]]:
+    """Questions with ids that change when the text does (stored samples are keyed by them)."""
+    if cfg.dataset == "arith":
+        rows = make_problems(cfg.questions, seed=cfg.arith_seed)
+    else:
+        rows = load_jsonl_dataset(cfg.dataset, cfg.questions)
+    return [{"id": f"{r['id']}:{content_hash(r['question'] + '|' + r['answer'])[:8]}",
+             "question": r["question"], "answer": r["answer"]} for r in rows]
+
+
+def make_generate(cfg: ScalingConfig, checkpoint: str) -> tuple[Generate, Callable[[], None]]:
+    """An async (prompts, params) -> completions over the SamplerPool or an in-process engine."""
+    if cfg.sampler == "local":
+        from search.engines import make_engine
+
+        engine = make_engine(cfg.engine, checkpoint=checkpoint, **cfg.engine_kwargs)
+
+        async def generate(prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+            return await asyncio.to_thread(engine.generate, list(prompts), params)
+
+        return generate, lambda: None
+    from search.pool import PoolConfig, SamplerPool  # Ray is started by the job runner
+
+    pool = SamplerPool(PoolConfig(engine=cfg.engine, engine_kwargs=cfg.engine_kwargs, num_actors=cfg.num_actors,
+                                  num_cpus_per_actor=CPUS_PER_SAMPLER, experiment=cfg.experiment),
+                       checkpoint=checkpoint)
+    return pool.generate, pool.shutdown
+
+
+async def verification_benchmark(generate, triples: list[dict[str, str]], cfg: ScalingConfig) -> dict[str, Any]:
+    """Verifier accuracy on correct and on wrong responses, and pairwise comparison accuracy."""
+    style = cfg.prompt_style
+    params = SamplingParams(n=cfg.k_verif, temperature=cfg.verify_temperature, max_tokens=cfg.verify_max_tokens,
+                            seed=cfg.sample_seed)
+    prompts = [verify_prompt(t["question"], t[kind], style) for t in triples for kind in ("correct", "wrong")]
+    rows = await generate(prompts, params)
+    verdicts = np.array([[parse_verification(c.text).value if parse_verification(c.text).ok else -1 for c in row]
+                         for row in rows]).reshape(len(triples), 2, -1)
+    pairs = [compare_prompt(t["question"], t["correct"], t["wrong"], style) for t in triples]
+    pairs += [compare_prompt(t["question"], t["wrong"], t["correct"], style) for t in triples]
+    cmp = await generate(pairs, SamplingParams(n=max(1, cfg.k_tie // 10), temperature=cfg.verify_temperature,
+                                               max_tokens=cfg.verify_max_tokens, seed=cfg.sample_seed))
+    wanted = [1] * len(triples) + [2] * len(triples)  # where the correct response sits
+    picks = [(parse_comparison(c.text), w) for row, w in zip(cmp, wanted, strict=True) for c in row]
+    return {
+        "triples": len(triples), "verdicts_per_response": cfg.k_verif,
+        "accuracy_on_correct": float((verdicts[:, 0] == 1).mean()),
+        "accuracy_on_wrong": float((verdicts[:, 1] == 0).mean()),
+        "unparsable_rate": float((verdicts < 0).mean()),
+        "comparison_accuracy": float(np.mean([v.ok and v.value == w for v, w in picks])),
+        "comparison_unparsable_rate": float(np.mean([not v.ok for v, _ in picks])),
+    }
+
+
+class ScalingExperiment:
+    """One scaling experiment: each step a method, the state in Redis and run_dir."""
+
+    def __init__(self, cfg: ScalingConfig, store: Store, run_dir: Path, generate: Generate):
+        self.cfg, self.store, self.run_dir, self.generate = cfg, store, run_dir, generate
+        self.started = time.time()
+
+    def progress(self, phase: str, done: int, total: int) -> None:
+        print(f"[{phase}] {done}/{total} questions ({time.time() - self.started:.0f}s)", flush=True)
+
+    def questions(self) -> list[dict[str, str]]:
+        return load_questions(self.cfg)
+
+    def sample(self, questions: list[dict[str, str]]) -> ScoredPool:
+        """Candidates, verdicts and comparisons (resumed from Redis), as one pool."""
+        sampler = ScalingSampler(self.store.client, self.cfg.experiment, self.generate, self.cfg.plan(), self.progress)
+        return ScoredPool.from_records(asyncio.run(sampler.run(questions)))
+
+    def curves(self, pool: ScoredPool) -> dict[str, Any]:
+        t = time.time()
+        curves = compute_curves(pool, self.cfg.curves)
+        write_outputs(self.run_dir, curves, pool)
+        return curves.summary() | {"curves_s": round(time.time() - t, 2)}
+
+    def triples(self) -> list[dict[str, str]]:
+        cfg = self.cfg
+        if cfg.triples == "arith":
+            return arith_triples(cfg.benchmark_triples, seed=cfg.arith_seed + 1)
+        lines = Path(cfg.triples).read_text().splitlines()
+        return [json.loads(x) for x in lines if x.strip()][: cfg.benchmark_triples]
+
+    def benchmark(self) -> dict[str, Any]:
+        return asyncio.run(verification_benchmark(self.generate, self.triples(), self.cfg))
+
+    def write(self, summary: dict[str, Any]) -> None:
+        summary["wall_s"] = round(time.time() - self.started, 1)
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        text = report(self.cfg, summary)
+        (self.run_dir / "report.md").write_text(text)
+        print(text, flush=True)
+        self.store.events(self.cfg.experiment).emit("scaling_done", wall_s=summary["wall_s"])
+
+    def run(self, model: str = "") -> dict[str, Any]:
+        summary: dict[str, Any] = {"experiment": self.cfg.experiment, "model": model}
+        if self.cfg.mode in ("curves", "both"):
+            summary |= self.curves(self.sample(self.questions()))
+        if self.cfg.mode in ("verification_benchmark", "both"):
+            summary["verification_benchmark"] = self.benchmark()
+        self.write(summary)
+        return summary

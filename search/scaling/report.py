@@ -1,0 +1,66 @@
+"""What a scaling run writes: pool.npz, curves.csv, heatmap.csv, the plots, and report.md."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from search.scaling.curves import LABELS, Curves, plot_curves
+from search.scaling.pool import ScoredPool
+
+if TYPE_CHECKING:
+    from search.scaling.config import ScalingConfig
+
+
+def write_outputs(run_dir: Path, curves: Curves, pool: ScoredPool) -> None:
+    """pool.npz, curves.csv, heatmap.csv and the plots."""
+    pool.save(run_dir / "pool.npz")
+    curves.write_csv(run_dir / "curves.csv")
+    grid = curves.heatmap()
+    lines = ["k_inf," + ",".join(f"k_verif={v}" for v in curves.k_verif_values)]
+    lines += [f"{k}," + ",".join(f"{x:.4f}" for x in row) for k, row in zip(curves.k_values, grid, strict=True)]
+    (run_dir / "heatmap.csv").write_text("\n".join(lines) + "\n")
+    plot_curves(curves, run_dir)
+
+
+def report(cfg: ScalingConfig, summary: dict[str, Any]) -> str:
+    out = [f"# {cfg.experiment}: sampling-based search with self-verification\n"]
+    if "curves" in summary:
+        p = summary["pool"]
+        out.append(f"{p['questions']} questions x {p['k_inf']} candidates x {p['k_verif']} verdicts; "
+                   f"{summary['ambiguous_questions']} ambiguous questions (a correct candidate, and full-pool "
+                   "majority vote gets them wrong; each point counts the draws of k that hold a correct one). "
+                   f"Each point: mean over {cfg.curves.seeds} subsamples; 95% bootstrap CI over questions. "
+                   f"Unparsable: {summary['unparsable']['verdicts']:.1%} of verdicts, "
+                   f"{summary['unparsable']['comparisons']:.1%} of stored comparisons.\n")
+        for key, title in (("curves", "All questions"), ("curves_ambiguous", "Ambiguous questions")):
+            out += [f"\n## {title}, largest k\n", "| strategy | k | accuracy | 95% CI |", "|---|---|---|---|"]
+            for s, rows in summary[key].items():
+                if rows:
+                    r = rows[-1]
+                    out.append(f"| {LABELS.get(s, s)} | {r['k']} | {r['accuracy']:.3f} | "
+                               f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] |")
+        out += ["\n## Paired differences (same resampled questions), largest k\n",
+                "| strategy - baseline | k | k_verif | difference | 95% CI |", "|---|---|---|---|---|"]
+        last = max((d["k"] for d in summary["differences"]), default=None)
+        for d in summary["differences"]:
+            if d["k"] == last:
+                out.append(f"| {LABELS.get(d['strategy'], d['strategy'])} - {LABELS.get(d['baseline'], d['baseline'])}"
+                           f" | {d['k']} | {d['k_verif']} | {d['difference']:+.3f} | "
+                           f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] |")
+        amb = summary.get("heatmap_ambiguous", {}).get("accuracy")
+        if amb:
+            row = ", ".join(f"{kv}: {x:.3f}" for kv, x in zip(summary["heatmap_ambiguous"]["k_verif_values"],
+                                                               amb[-1], strict=True) if x is not None)
+            out.append(f"\nVerification@{summary['heatmap_ambiguous']['k_values'][-1]} on ambiguous draws by "
+                       f"k_verif (implicit scaling): {row}\n")
+        out.append("\n![heatmap](heatmap.png)\n\n![curves](curves.png)\n\n![ambiguous](curves_ambiguous.png)\n")
+        out.append("Tables: [curves.csv](curves.csv), [heatmap.csv](heatmap.csv), [summary.json](summary.json).\n")
+    if "verification_benchmark" in summary:
+        b = summary["verification_benchmark"]
+        out += ["\n## Verification benchmark\n", "| measure | value |", "|---|---|"]
+        out += [f"| {k} | {v:.3f} |" if isinstance(v, float) else f"| {k} | {v} |" for k, v in b.items()]
+    out.append("\nResolved config: [config.yaml](config.yaml).\n")
+    return "\n".join(out)
+
+
