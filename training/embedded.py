@@ -41,7 +41,9 @@ class Recipe:
 
 # name -> recipe (named by string, as corpora are: training imports no workload package);
 # the workloads' configs point at models/<name>.
-RECIPES: dict[str, Recipe] = {}
+RECIPES: dict[str, Recipe] = {
+    "tpo-arith-seed": Recipe(seed="thinking.arith:demo_seed"),  # TPO demo: direct answers, rare noisy thoughts
+}
 
 
 def recipe_config(name: str) -> SeedConfig:
