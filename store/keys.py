@@ -28,3 +28,8 @@ def exp(name: str, *parts: str) -> str:
 def exec_cache(task_fingerprint: str) -> str:
     # shared by all experiments: a result depends only on the task and the code
     return f"{PREFIX}:exec:{task_fingerprint}"
+
+
+def tpo(name: str, *parts: str) -> str:
+    """TPO phases of one experiment: tpo:<arm>:it<N>:samples|judged|pairs, tpo:measure:<version>:..."""
+    return exp(name, "tpo", *parts)
