@@ -59,7 +59,7 @@ def judge_items(instructions: list[dict[str, str]], groups: list[list[Sample]]) 
 class TpoLoop:
     def __init__(self, cfg: TpoConfig, *, state: TpoState, models: Any, sampler: Sampler, judge: Judge,
                  train: Train, seed_checkpoint: str | None = None, progress: bool = True):
-        self.cfg, self.state, self.models, self.sampler, self.judge, self.train_fn = (
+        self.cfg, self.state, self.models, self.sampler, self.scorer, self.train_fn = (
             cfg, state, models, sampler, judge, train)
         self.prompts = {"thought": ThoughtPrompt(cfg.prompt), "direct": DirectPrompt(cfg.direct_prompt)}
         self.arms = ARMS if cfg.baseline else ("thought",)
@@ -132,9 +132,9 @@ class TpoLoop:
                       [Sample.from_dict(d) for d in done[i["id"]]]) for i in instructions]
 
     async def judge_fn(self, items: list[JudgeItem]):
-        verdicts = await self.judge.score(items)
+        verdicts = await self.scorer.score(items)
         if len(verdicts) != len(items):
-            raise RuntimeError(f"judge {self.judge.name} returned {len(verdicts)} verdicts for {len(items)} items")
+            raise RuntimeError(f"judge {self.scorer.name} returned {len(verdicts)} verdicts for {len(items)} items")
         return verdicts
 
     def make_pairs(self, arm: str, iteration: int, groups: list[Group]) -> tuple[list[dict], dict[str, Any]]:
