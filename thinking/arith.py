@@ -92,5 +92,5 @@ def demo_seed():
     """The recipe of the shipped seed model models/tpo-arith-seed."""
     from training.seed import SeedConfig
 
-    return SeedConfig(preset="tiny", corpus="thinking.arith:seed_corpus", n=8000, max_steps=1200, max_length=160,
-                      batch_size=64)
+    return SeedConfig(preset="tiny", corpus="thinking.arith:seed_corpus", n=8000, max_steps=500, max_length=160,
+                      batch_size=32)
