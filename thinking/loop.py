@@ -67,6 +67,10 @@ class TpoLoop:
         self.loaded: str | None = None
         self.seed_checkpoint = seed_checkpoint or cfg.model.checkpoint
 
+    def log(self, line: str) -> None:
+        if self.progress:
+            tqdm.write(line)
+
     # -- versions -------------------------------------------------------------------------
     def seed_version(self) -> Any:
         found = next((m for m in self.models.list() if m.note == "seed"), None)
@@ -200,6 +204,9 @@ class TpoLoop:
                 entries[arm].append(iteration_entry(
                     it, info[(arm, it)], measured[(arm, it)], reference,
                     measured.get(("direct", it)) if arm == "thought" and cfg.baseline else None))
+                e = entries[arm][-1]
+                self.log(f"[{arm} it{it}] {e['model_version']}: score {e['score']}, win rate vs seed "
+                         f"{e['win_rate_vs_seed']:.3f}, unparsable {e['unparsable_rate']:.3f}")
             if it == cfg.iterations:
                 break
             train_ins = load_instructions(cfg.instructions, cfg.sample.instructions, cfg.instruction_seed + it)
@@ -212,6 +219,8 @@ class TpoLoop:
                 pairs, counts = self.make_pairs(arm, it, groups)
                 t_train = time.time()
                 new = await self.train_and_publish(arm, it, pairs, start, counts)
+                self.log(f"[{arm} it{it}] {counts['pairs']} pairs (rho {counts['rho']:.2f}, {counts['ties']} ties) "
+                         f"-> {new.version} in {time.time() - started:.0f}s")
                 nxt = info.setdefault((arm, it + 1), {})
                 nxt |= {"rho": counts["rho"], "pairs": counts["pairs"], "pair_counts": counts,
                         "train_s": round(time.time() - t_train, 2), "wall_s": round(time.time() - started, 2),
