@@ -133,3 +133,37 @@ def test_reward_model_checkpoint_must_be_a_sequence_classifier(tmp_path):
 def test_unknown_judge_lists_the_known_ones():
     with pytest.raises(ValueError, match="choose one of"):
         make_judge("vibes")
+
+
+@pytest.mark.slow
+def test_reward_model_trained_with_trl_ranks_heldout_responses(tmp_path_factory, tmp_path):
+    """TRL's RewardTrainer on digit-map preferences -> a reward_model judge that prefers the right answer."""
+    import random
+
+    from _models import DIGIT_MAP, build_models
+
+    from training.reward import RewardJobConfig, train_reward
+
+    def rows(seed, n):
+        rng = random.Random(seed)
+        out = []
+        for _ in range(n):
+            digits = [rng.randrange(10) for _ in range(rng.randint(3, 6))]
+            out.append(("map " + " ".join(map(str, digits)) + " =>", DIGIT_MAP[digits[-1]],
+                        DIGIT_MAP[(digits[-1] + rng.randint(1, 9)) % 10]))
+        return out
+
+    from verifiers.judges.reward_model import PLAIN
+
+    train = [{"chosen": PLAIN.format(instruction=p, response=good), "rejected": PLAIN.format(instruction=p, response=bad)}
+             for p, good, bad in rows(1, 256)]
+    result = train_reward(RewardJobConfig(model_path=build_models(tmp_path_factory)["trained"],
+                                          output_dir=str(tmp_path / "rm"), max_steps=60, learning_rate=1e-3,
+                                          per_device_train_batch_size=32, max_length=64, disable_tqdm=True,
+                                          quiet=True), train)
+    judge = make_judge("reward_model", checkpoint=result.checkpoint)
+    held = rows(2, 64)
+    items = [JudgeItem(p, r) for p, good, bad in held for r in (good, bad)]
+    v = asyncio.run(judge.score(items))
+    wins = [v[2 * i].score > v[2 * i + 1].score for i in range(len(held))]
+    assert all(x.ok for x in v) and sum(wins) / len(wins) > 0.7, sum(wins) / len(wins)

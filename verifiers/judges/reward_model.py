@@ -14,6 +14,8 @@ from pathlib import Path
 
 from verifiers.judges.base import JudgeItem, Verdict, check_verdicts
 
+PLAIN = "{instruction}\n\n{response}"  # how (instruction, response) is rendered without a chat template
+
 
 def check_classifier(checkpoint: str) -> None:
     """Raise, naming the field, unless `checkpoint` is a sequence-classification model dir."""
@@ -50,7 +52,7 @@ class RewardModelJudge:
             return self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": item.instruction}, {"role": "assistant", "content": item.response}],
                 tokenize=False)
-        return f"{item.instruction}\n\n{item.response}"
+        return PLAIN.format(instruction=item.instruction, response=item.response)
 
     def score_sync(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         out: list[Verdict] = []
