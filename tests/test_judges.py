@@ -153,11 +153,15 @@ def test_reward_model_trained_with_trl_ranks_heldout_responses(tmp_path_factory,
                         DIGIT_MAP[(digits[-1] + rng.randint(1, 9)) % 10]))
         return out
 
-    from verifiers.judges.reward_model import PLAIN
+    from transformers import AutoTokenizer
 
-    train = [{"chosen": PLAIN.format(instruction=p, response=good), "rejected": PLAIN.format(instruction=p, response=bad)}
+    from verifiers.judges.reward_model import render
+
+    base = build_models(tmp_path_factory)["trained"]
+    tok = AutoTokenizer.from_pretrained(base)
+    train = [{"chosen": render(tok, JudgeItem(p, good)), "rejected": render(tok, JudgeItem(p, bad))}
              for p, good, bad in rows(1, 256)]
-    result = train_reward(RewardJobConfig(model_path=build_models(tmp_path_factory)["trained"],
+    result = train_reward(RewardJobConfig(model_path=base,
                                           output_dir=str(tmp_path / "rm"), max_steps=60, learning_rate=1e-3,
                                           per_device_train_batch_size=32, max_length=64, disable_tqdm=True,
                                           quiet=True), train)

@@ -30,6 +30,15 @@ def check_classifier(checkpoint: str) -> None:
                          "trained with TRL's RewardTrainer")
 
 
+def render(tokenizer, item: JudgeItem) -> str:
+    """The text a reward model scores (train reward models on the same rendering)."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            [{"role": "user", "content": item.instruction}, {"role": "assistant", "content": item.response}],
+            tokenize=False)
+    return PLAIN.format(instruction=item.instruction, response=item.response)
+
+
 class RewardModelJudge:
     name = "reward_model"
 
@@ -48,11 +57,7 @@ class RewardModelJudge:
         self.batch_size, self.max_length = batch_size, max_length
 
     def render(self, item: JudgeItem) -> str:
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": item.instruction}, {"role": "assistant", "content": item.response}],
-                tokenize=False)
-        return PLAIN.format(instruction=item.instruction, response=item.response)
+        return render(self.tokenizer, item)
 
     def score_sync(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         out: list[Verdict] = []
