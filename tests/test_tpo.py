@@ -247,3 +247,12 @@ def test_judge_failure_is_recorded_not_dropped(store, experiment_name):
     failed = [s for g in groups for s in g.samples if s.judge_error]
     assert failed and all(s.score is None and s.judge_error == "judge: nan score" for s in failed)
     assert sum(len(g.samples) for g in groups) == 6 * 4  # every sample kept
+
+
+def test_restart_with_another_seed_is_refused(store, experiment_name):
+    cfg = tiny_cfg(experiment_name)
+    make_loop(cfg, store, StubSampler(), RecordingJudge(), []).seed_version()
+    other = TpoLoop(cfg, state=TpoState(store.client, cfg.experiment), models=store.models(cfg.experiment),
+                    sampler=StubSampler(), judge=RecordingJudge(), train=None, seed_checkpoint="/ckpt/other")
+    with pytest.raises(ValueError, match="use a new experiment name"):
+        other.seed_version()

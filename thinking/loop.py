@@ -74,6 +74,10 @@ class TpoLoop:
     # -- versions -------------------------------------------------------------------------
     def seed_version(self) -> Any:
         found = next((m for m in self.models.list() if m.note == "seed"), None)
+        if found is not None and found.checkpoint != self.seed_checkpoint:
+            raise ValueError(f"experiment {self.cfg.experiment!r} was started with seed {found.checkpoint}, not "
+                             f"model.checkpoint={self.seed_checkpoint}: its stored samples belong to that seed; "
+                             "use a new experiment name")
         return found or self.models.publish(self.seed_checkpoint, note="seed")
 
     def version_at(self, arm: str, iteration: int) -> Any:
