@@ -1,12 +1,12 @@
 """The offline demo's domain: multi-step arithmetic, where working fits in a thought.
 
-    instructions(48, seed=1)          -> [{"id", "instruction", "reference"}]  ("17+8-5" -> "20")
+    instructions(48, seed=1)          -> [{"id", "instruction", "reference"}]  ("7+8-5" -> "10")
     seed_corpus(n, seed)              -> prompt/completion rows for training.seed
     demo_seed()                       -> the recipe of models/tpo-arith-seed (training.embedded)
 
 Only the final response is judged (the programmatic judge compares its last number with
 the reference), so the working helps only if it lives in the thought. The seed model
-mostly answers directly ("Q: 17+8-5\\nA: 20"); a minority of its rows use the thought
+mostly answers directly ("Q: 7+8-5\\nA: 10"); a minority of its rows use the thought
 format with unreliable working (half of them have one wrong step, and the response follows
 the wrong working), so at iteration 0 thinking is a format the model writes badly, and
 preference training has to find which thoughts lead to judged-correct responses.
@@ -19,7 +19,7 @@ from typing import Any
 
 from thinking.prompts import DirectPrompt, DirectPromptConfig, ThoughtPrompt, ThoughtPromptConfig
 
-MAX_VALUE = 99
+MAX_OPERAND = 9  # single-digit operands: each step is a fact a tiny model can learn; chaining them is the hard part
 DEMO_TEMPLATE = "Q: {instruction}\nThink after \"{thought_marker}\", answer after \"{response_marker}\"."
 DEMO_THOUGHT = ThoughtPromptConfig(kind="custom", template=DEMO_TEMPLATE, thought_marker="Work:",
                                    response_marker="So:")
@@ -27,15 +27,14 @@ DEMO_DIRECT = DirectPromptConfig(template="Q: {instruction}\nA:")
 
 
 def _chain(rng: random.Random, ops: int) -> tuple[int, list[tuple[str, int]]]:
-    start = rng.randint(1, 40)
+    start = rng.randint(1, MAX_OPERAND)
     v, steps = start, []
     for _ in range(ops):
-        if v > 10 and rng.random() < 0.5:
-            b = rng.randint(1, min(v - 1, 30))
+        b = rng.randint(1, MAX_OPERAND)
+        if v > b and rng.random() < 0.4:  # results stay positive
             steps.append(("-", b))
             v -= b
         else:
-            b = rng.randint(1, min(30, MAX_VALUE - v))
             steps.append(("+", b))
             v += b
     return start, steps
@@ -59,7 +58,7 @@ def instructions(n: int, seed: int, min_ops: int = 2, max_ops: int = 3) -> list[
 
 
 def working(start: int, steps: list[tuple[str, int]], rng: random.Random, corrupt: bool) -> tuple[str, int]:
-    """Step-by-step working (" 17+8=25. 25-5=20.") and the value it ends on; corrupt: one step off."""
+    """Step-by-step working (" 7+8=15. 15-5=10.") and the value it ends on; corrupt: one step off."""
     bad = rng.randrange(len(steps)) if corrupt else -1
     v, parts = start, []
     for k, (op, b) in enumerate(steps):
@@ -71,7 +70,7 @@ def working(start: int, steps: list[tuple[str, int]], rng: random.Random, corrup
     return " " + " ".join(parts), v
 
 
-def seed_corpus(n: int = 6000, seed: int = 0, thought_share: float = 0.2, corrupt_share: float = 0.5) -> list[dict]:
+def seed_corpus(n: int = 6000, seed: int = 0, thought_share: float = 0.3, corrupt_share: float = 0.5) -> list[dict]:
     """Direct-answer rows, and a minority of thought-format rows with unreliable working."""
     rng = random.Random(seed)
     thought, direct = ThoughtPrompt(DEMO_THOUGHT), DirectPrompt(DEMO_DIRECT)
@@ -92,5 +91,5 @@ def demo_seed():
     """The recipe of the shipped seed model models/tpo-arith-seed."""
     from training.seed import SeedConfig
 
-    return SeedConfig(preset="tiny", corpus="thinking.arith:seed_corpus", n=8000, max_steps=500, max_length=160,
+    return SeedConfig(preset="tiny", corpus="thinking.arith:seed_corpus", n=8000, max_steps=300, max_length=160,
                       batch_size=32)
