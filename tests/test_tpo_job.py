@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,11 @@ def test_tpo_through_ray_job_submit(tmp_path, redis_server):
                f"http://127.0.0.1:{dashboard_port}", "--working-dir", ".", "--runtime-env-json", runtime_env, "--",
                sys.executable, "-m", "ray_jobs.tpo", "--config", "configs/tpo-demo.yaml",
                *overrides(tmp_path, "tpo-submit-test")]
-        job = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+        for _ in range(20):  # the head's job agent comes up after `ray start` returns: poll until it answers
+            job = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1200)
+            if "No available agent to submit job" not in job.stderr:
+                break
+            time.sleep(3)
         assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
         assert "succeeded" in job.stdout.lower()
         summary = json.loads((tmp_path / "tpo-submit-test" / "summary.json").read_text())
