@@ -14,7 +14,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling seeds test test-all bench lint redis-down clean
+.PHONY: setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -82,6 +82,11 @@ demo-sft: setup
 # Scaling curves of sampling-based search with self-verification on arithmetic word problems.
 demo-scaling: setup
 	$(PY) -m ray_jobs.scaling --config configs/scaling-demo.yaml
+
+# Thought preference optimization on multi-step arithmetic: the shipped seed model, DPO
+# iterations of the thought arm and of the direct-response baseline, measured on 3 seeds.
+demo-tpo: setup
+	$(PY) -m ray_jobs.tpo --config configs/tpo-demo.yaml
 
 # Rebuild the embedded seed models in models/ from their recipes (training/embedded.py). Only
 # when a recipe changes: every rebuild adds megabytes to the repository's history.

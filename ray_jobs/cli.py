@@ -3,6 +3,7 @@
     ratchet serve --model PATH --port 8000        # OpenAI-compatible endpoint
     ratchet serve --experiment demo --version v2 --api-key-env RATCHET_API_KEY
     ratchet soar --config configs/soar-demo.yaml   # SOAR search on ARC
+    ratchet tpo --config configs/tpo-demo.yaml     # thought preference optimization
     ratchet <command> --help
     # the same entrypoints on a cluster:
     ray job submit --working-dir . -- python -m ray_jobs.serve --experiment demo
@@ -18,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "serve": "ray_jobs.serve",
     "soar": "ray_jobs.soar",
     "scaling": "ray_jobs.scaling",
+    "tpo": "ray_jobs.tpo",
     "sft-demo": "ray_jobs.sft_demo",
 }
 

@@ -2,6 +2,7 @@
 
     # local: a checkpoint dir, or a registry version of an experiment
     ratchet serve --model ~/.ratchet/models/seed-tiny-<hash> --port 8000
+    ratchet serve --experiment tpo-demo --reasoning 'Work:' 'So:'   # thought -> reasoning_content
     RATCHET_API_KEY=sekret ratchet serve --experiment demo --version v2 --api-key-env RATCHET_API_KEY
     curl localhost:8000/v1/completions -H 'Content-Type: application/json' \
         -d '{"prompt": "map 3 1 4 =>", "n": 4, "max_tokens": 8}'
@@ -22,6 +23,7 @@ from ray import serve
 from search.engines import ENGINES
 from search.pool import PoolConfig
 from search.serve import ServeSettings, build_serve_app
+from search.serve.protocol import ReasoningSplit
 
 APP_NAME = "ratchet"
 
@@ -52,6 +54,9 @@ def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
     parser.add_argument("--cpus-per-actor", type=float, default=1.0)
     parser.add_argument("--host", default="127.0.0.1", help="0.0.0.0 to accept other machines")
     parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--reasoning", nargs=2, metavar=("THOUGHT_MARKER", "RESPONSE_MARKER"),
+                        help="a thinking model: chat answers carry the thought in reasoning_content "
+                             "and the response in content (e.g. --reasoning 'Work:' 'So:')")
     parser.add_argument("--api-key-env", help="environment variable holding the bearer token to require")
     args = parser.parse_args(argv)
     if args.version and not args.experiment:
@@ -68,7 +73,8 @@ def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
     pool = PoolConfig(engine=args.engine, engine_kwargs=engine_kwargs, num_actors=args.actors,
                       num_cpus_per_actor=args.cpus_per_actor, experiment=args.experiment)
     settings = ServeSettings(pool=pool, checkpoint=args.model, version=args.version,
-                             model_name=args.model_name, api_key=api_key)
+                             model_name=args.model_name, api_key=api_key,
+                             reasoning=ReasoningSplit(*args.reasoning) if args.reasoning else None)
     return settings, args.host, args.port
 
 

@@ -30,6 +30,11 @@ def exec_cache(task_fingerprint: str) -> str:
     return f"{PREFIX}:exec:{task_fingerprint}"
 
 
+def tpo(name: str, *parts: str) -> str:
+    """TPO phases of one experiment: tpo:<arm>:it<N>:samples|judged|pairs, tpo:measure:<version>:..."""
+    return exp(name, "tpo", *parts)
+
+
 def scaling(name: str, part: str) -> str:
     # a scaling experiment's stored samples: a hash per phase (candidates, verdicts,
     # comparisons; fields are question ids) and its sampling plan

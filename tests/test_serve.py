@@ -199,3 +199,29 @@ def test_cli_parses_serve_arguments(monkeypatch):
         parse(["--model", "/ckpt", "--version", "v1"])
     with pytest.raises(SystemExit):
         parse(["--model", "/ckpt", "--api-key-env", "UNSET_VARIABLE_XYZ"])
+
+
+def test_thinking_model_answers_with_reasoning_content_switchable():
+    from search.serve.protocol import ReasoningSplit
+
+    class Thinker(EchoBackend):
+        async def generate(self, prompts, params):
+            return [[Completion("Work: 3+4=7. So: 7", "stop", 3, 9, "v7")] for _ in prompts]
+
+    body = {"messages": [{"role": "user", "content": "3+4"}]}
+    on = TestClient(build_app(Thinker(), model_name="t", reasoning=ReasoningSplit("Work:", "So:")))
+    msg = on.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+    assert (msg["content"], msg["reasoning_content"]) == ("7", "3+4=7.")
+    off = TestClient(build_app(Thinker(), model_name="t"))
+    msg = off.post("/v1/chat/completions", json=body).json()["choices"][0]["message"]
+    assert msg["content"] == "Work: 3+4=7. So: 7" and "reasoning_content" not in msg
+    # no response marker: nothing guessed, the whole output stays the content
+    assert ReasoningSplit("Work:", "So:").split("just 7") == (None, "just 7")
+
+
+def test_cli_parses_reasoning_markers():
+    from ray_jobs.serve import parse
+
+    settings, _, _ = parse(["--model", "/ckpt", "--reasoning", "Work:", "So:"])
+    assert settings.reasoning.thought_marker == "Work:" and settings.reasoning.response_marker == "So:"
+    assert parse(["--model", "/ckpt"])[0].reasoning is None

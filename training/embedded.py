@@ -42,8 +42,9 @@ class Recipe:
 # name -> recipe (named by string, as corpora are: training imports no workload package);
 # the workloads' configs point at models/<name>.
 RECIPES: dict[str, Recipe] = {
-    # SOAR demo: configs/soar-demo.yaml's model.seed, trained longer than a demo could afford
+    # SOAR demo: configs/soar-demo.yaml's model.seed, shipped so the demo does not build it
     "soar-demo-seed": Recipe(seed="evolution.seeds:demo_seed", evaluate="evolution.seeds:evaluate_demo_seed"),
+    "tpo-arith-seed": Recipe(seed="thinking.arith:demo_seed"),  # TPO demo: direct answers, rare noisy thoughts
 }
 
 

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from search.serve.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
+    ReasoningSplit,
     chat_response,
     completion_response,
     error_body,
@@ -43,8 +44,12 @@ class APIError(Exception):
 
 
 def build_app(backend: Backend, *, model_name: str, api_key: str | None = None,
-              chat_max_tokens: int = 256) -> FastAPI:
-    """`chat_max_tokens` is the default when a chat request sets neither max_tokens field."""
+              chat_max_tokens: int = 256, reasoning: ReasoningSplit | None = None) -> FastAPI:
+    """`chat_max_tokens` is the default when a chat request sets neither max_tokens field.
+
+    `reasoning`: a thinking model's chat answers put the thought in `reasoning_content` and
+    the response in `content`; None (the default) returns the whole output as `content`.
+    """
     app = FastAPI(title="ratchet", description="OpenAI-compatible sampling over ratchet's SamplerPool")
 
     def authorize(request: Request) -> None:
@@ -115,7 +120,7 @@ def build_app(backend: Backend, *, model_name: str, api_key: str | None = None,
         if req.search is not None:
             return await searched_chat(req, messages, max_tokens)
         rows = await sample([messages], params_or_400(req, max_tokens))
-        return chat_response(model_name, rows)
+        return chat_response(model_name, rows, reasoning)
 
     async def searched_chat(req: ChatCompletionRequest, messages: list[dict], max_tokens: int) -> dict[str, Any]:
         """Sampling-based search with self-verification: k candidates, verdicts, one answer."""

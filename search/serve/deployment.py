@@ -15,6 +15,7 @@ from ray import serve
 
 from search.pool import PoolConfig, SamplerPool
 from search.serve.app import build_app
+from search.serve.protocol import ReasoningSplit
 from common.sampling import Completion, Prompt, SamplingParams
 
 REPLICA_CPUS = 0  # the replica only routes; the pool's actors hold the CPUs/GPUs
@@ -28,6 +29,7 @@ class ServeSettings:
     model_name: str | None = None  # the id clients send as "model"; default: experiment or checkpoint name
     api_key: str | None = field(default=None, repr=False)  # None: no auth
     chat_max_tokens: int = 256  # default max_tokens of chat requests that set none
+    reasoning: ReasoningSplit | None = None  # thinking model: thought -> reasoning_content; None: off
 
     def __post_init__(self):
         if (self.checkpoint is None) == (self.pool.experiment is None):
@@ -73,7 +75,7 @@ class OpenAIServer:
     def __serve_build_asgi_app__(self) -> Any:
         s = self.settings
         return build_app(PoolBackend(self.pool), model_name=s.served_name, api_key=s.api_key,
-                         chat_max_tokens=s.chat_max_tokens)
+                         chat_max_tokens=s.chat_max_tokens, reasoning=s.reasoning)
 
     def __del__(self):
         pool = getattr(self, "pool", None)

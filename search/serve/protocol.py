@@ -2,13 +2,16 @@
 
 Extensions, ignored by OpenAI clients but read by ratchet's `openai` engine: each choice
 carries its own `prompt_tokens` and `completion_tokens`, and `system_fingerprint` holds the
-model version that produced the response.
+model version that produced the response. For a thinking model (`ReasoningSplit`), a chat
+choice's message carries the thought in `reasoning_content` (the field OpenAI-compatible
+reasoning servers such as vLLM's use) and the response alone in `content`.
 """
 
 from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -57,6 +60,36 @@ class ChatCompletionRequest(_SamplingRequest):
     search: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class ReasoningSplit:
+    """How a thinking model's output splits into a thought and a response (ratchet serve --reasoning)."""
+
+    thought_marker: str  # the thought follows it (it may be in the prompt, as TPO's plain prompts end with it)
+    response_marker: str  # the response follows it
+
+    def __post_init__(self):
+        if not self.thought_marker or not self.response_marker:
+            raise ValueError("ReasoningSplit: thought_marker and response_marker must be non-empty")
+
+    def split(self, text: str) -> tuple[str | None, str]:
+        """(thought, response); (None, text) when the output has no response marker (nothing guessed)."""
+        r = text.find(self.response_marker)
+        if r < 0:
+            return None, text
+        thought = text[:r]
+        t = thought.find(self.thought_marker)
+        if t >= 0:
+            thought = thought[t + len(self.thought_marker):]
+        return thought.strip(), text[r + len(self.response_marker):].strip()
+
+
+def _message(text: str, reasoning: ReasoningSplit | None) -> dict[str, Any]:
+    if reasoning is None:
+        return {"role": "assistant", "content": text}
+    thought, response = reasoning.split(text)
+    return {"role": "assistant", "content": response, "reasoning_content": thought}
+
+
 def _usage(rows: list[list[Completion]]) -> dict[str, int]:
     prompt = sum(row[0].prompt_tokens for row in rows if row)
     completion = sum(c.completion_tokens for row in rows for c in row)
@@ -79,9 +112,9 @@ def completion_response(model: str, rows: list[list[Completion]]) -> dict[str, A
     }
 
 
-def chat_response(model: str, rows: list[list[Completion]]) -> dict[str, Any]:
+def chat_response(model: str, rows: list[list[Completion]], reasoning: ReasoningSplit | None = None) -> dict[str, Any]:
     choices = [
-        {"index": i, "message": {"role": "assistant", "content": c.text}, "finish_reason": c.finish_reason,
+        {"index": i, "message": _message(c.text, reasoning), "finish_reason": c.finish_reason,
          "logprobs": None, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens}
         for i, c in enumerate(rows[0])
     ]

@@ -1,0 +1,110 @@
+"""Thinking-LLM preference training (TPO): thoughts judged by their responses, DPO iterations.
+
+    python -m ray_jobs.tpo --config configs/tpo-demo.yaml                 # offline demo (make demo-tpo)
+    python -m ray_jobs.tpo --config configs/tpo-demo.yaml --iterations 3 measure.seeds=[0,1,2]
+    ray job submit --working-dir . -- python -m ray_jobs.tpo --config configs/tpo-qwen.yaml  # GPUs, vLLM
+
+Wiring only: config -> store -> sampler pool (and the judge) -> thinking.TpoLoop -> report.
+The loop samples K thought+response outputs per fresh instruction, judges the responses
+alone, builds length-controlled DPO pairs, trains (TRL DPO as a Ray task, GPU if any),
+publishes the version, reloads the samplers, and measures both arms (thought and the
+direct baseline) on held-out instructions. Writes runs/<experiment>/summary.json,
+report.md and iterations.png.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from ray_jobs import runner
+from thinking.config import TpoConfig
+
+CPUS_PER_SAMPLER = 1.0  # each sampler actor's CPU share
+
+
+def resolve(path: str) -> str:
+    """Absolute checkpoint path (Ray workers do not run in the driver's directory)."""
+    p = Path(path)
+    return str(p.resolve()) if p.exists() else path
+
+
+def make_judge(cfg: TpoConfig):
+    from search.pool import PoolConfig, SamplerPool
+    from verifiers.judges import make_judge as build
+
+    j = cfg.judge
+    if j.kind == "reward_model":
+        return build("reward_model", checkpoint=resolve(j.checkpoint), **j.kwargs), None
+    if j.kind == "pairwise" and j.engine == "openai":
+        from search.engines.openai_engine import OpenAIEngine
+
+        engine = OpenAIEngine(j.base_url, model=j.model or None, api_key=os.environ.get("OPENAI_API_KEY"))
+        return build("pairwise", generate=engine.agenerate, **j.kwargs), None
+    if j.kind == "pairwise":
+        pool = SamplerPool(PoolConfig(engine=cfg.model.engine, engine_kwargs=cfg.model.engine_kwargs,
+                                      num_cpus_per_actor=CPUS_PER_SAMPLER), checkpoint=resolve(j.checkpoint))
+        return build("pairwise", generate=pool.generate, **j.kwargs), pool
+    return build("programmatic", **j.kwargs), None
+
+
+def dpo_trainer(cfg: TpoConfig, storage: Path):
+    async def train(rows: list[dict[str, Any]], start, arm: str, iteration: int) -> tuple[str, dict[str, Any]]:
+        from training.dpo import DPOJobConfig, train_dpo_remote
+
+        t = cfg.train
+        out = storage / "checkpoints" / f"{arm}-it{iteration + 1}"
+        job = DPOJobConfig(model_path=start.checkpoint, output_dir=str(out.resolve()),
+                           max_steps=t.max_steps, learning_rate=t.learning_rate, beta=t.beta, lora=t.lora,
+                           per_device_train_batch_size=t.batch_size, max_length=t.max_length,
+                           disable_tqdm=True, quiet=True, seed=iteration)
+        result = await train_dpo_remote(job, rows)
+        return result.checkpoint, result.metrics | {"rows": len(rows)}
+    return train
+
+
+async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
+    from search.pool import PoolConfig, SamplerPool
+    from thinking import report
+    from thinking.loop import TpoLoop
+    from thinking.state import TpoState
+
+    models = ctx.store.models(cfg.experiment)
+    seed = resolve(cfg.model.checkpoint)
+    pool = SamplerPool(PoolConfig(engine=cfg.model.engine, engine_kwargs=cfg.model.engine_kwargs,
+                                  num_actors=cfg.model.num_actors, num_cpus_per_actor=CPUS_PER_SAMPLER,
+                                  experiment=cfg.experiment), checkpoint=seed)
+    judge, judge_pool = make_judge(cfg)
+    storage = Path(cfg.storage) if cfg.storage else ctx.run_dir
+    try:
+        await pool.ready()
+        loop = TpoLoop(cfg, state=TpoState(ctx.store.client, cfg.experiment), models=models, sampler=pool,
+                       judge=judge, train=dpo_trainer(cfg, storage), seed_checkpoint=seed)
+        summary = await loop.run()
+    finally:
+        pool.shutdown()
+        if judge_pool is not None:
+            judge_pool.shutdown()
+    summary |= {"experiment": cfg.experiment, "judge": cfg.judge.kind, "heldout": cfg.measure.heldout,
+                "seeds": list(cfg.measure.seeds)}
+    report.write(ctx.run_dir, summary)
+    return summary
+
+
+def headline(s: dict[str, Any]) -> str:
+    t, d = s["iterations"][-1], (s["baselines"]["direct"] or [{}])[-1]
+    return (f"iteration {t['iteration']}: TPO win rate vs seed {t['win_rate_vs_seed']:.3f}, vs direct "
+            f"{t.get('win_rate_vs_direct')}, direct baseline vs seed {d.get('win_rate_vs_seed')}")
+
+
+JOB = runner.JobSpec(workload="tpo", config_cls=TpoConfig, run=run, doc=__doc__, headline=headline,
+                     iterations_flag=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    runner.main(JOB, argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,258 @@
+"""TPO: thought prompts and parsing, length-controlled pairs, the loop (stub sampler, real Redis)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from common.config import ConfigError, load_config
+from common.sampling import Completion, SamplingParams
+from thinking.arith import DEMO_THOUGHT, instructions
+from thinking.config import SampleConfig, TpoConfig
+from thinking.loop import TpoLoop
+from thinking.pairs import Group, PairsConfig, Sample, build_pairs, choose_rho, pick
+from thinking.prompts import DirectPrompt, DirectPromptConfig, ThoughtPrompt, ThoughtPromptConfig
+from thinking.state import TpoState
+from verifiers.judges import JudgeItem, Verdict
+
+
+# -- prompts and parser --------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["generic", "specific"])
+@pytest.mark.parametrize("style", ["plain", "chat"])
+def test_thought_prompts_name_both_markers(kind, style):
+    cfg = ThoughtPromptConfig(kind=kind, style=style, thought_marker="<T>", response_marker="<R>")
+    p = ThoughtPrompt(cfg).build("Reverse abc.")
+    text = p if isinstance(p, str) else p[0]["content"]
+    assert "Reverse abc." in text and "<T>" in text and "<R>" in text
+    if kind == "specific":
+        assert "draft response" in text
+    assert isinstance(p, str) == (style == "plain")
+
+
+def test_parser_splits_thought_from_response():
+    tp = ThoughtPrompt(ThoughtPromptConfig(style="chat"))
+    out = tp.parse("Here is my thought process: 2+2 is 4.\nHere is my response: Four.")
+    assert (out.ok, out.thought, out.response) == (True, "2+2 is 4.", "Four.")
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("just an answer", "no response marker"),
+    ("Here is my thought process: hmm. Here is my response:   ", "empty response"),
+    ("Here is my response: 4. Here is my thought process: wait", "thought marker"),
+    ("Here is my thought process: a Here is my response: b Here is my response: c", "more than one"),
+])
+def test_parser_marks_unparsable_instead_of_guessing(text, reason):
+    out = ThoughtPrompt(ThoughtPromptConfig(style="chat")).parse(text)
+    assert not out.ok and out.response == "" and reason in out.error
+
+
+def test_plain_prompt_prefills_the_thought_marker():
+    tp = ThoughtPrompt(DEMO_THOUGHT)
+    assert tp.build("3+4").endswith("Work:")
+    out = tp.parse(" 3+4=7. So: 7")
+    assert (out.ok, out.thought, out.response) == (True, "3+4=7.", "7")
+
+
+def test_direct_prompt_whole_completion_is_the_response():
+    d = DirectPrompt(DirectPromptConfig(template="Q: {instruction}\nA:"))
+    assert d.build("3+4") == "Q: 3+4\nA:"
+    assert d.parse(" 7 ").response == "7" and not d.parse("  ").ok
+
+
+def test_template_without_markers_is_rejected_naming_the_field():
+    with pytest.raises(ValueError, match=r"thinking.prompt.template is missing \{response_marker\}"):
+        ThoughtPromptConfig(kind="custom", template="{instruction} think after {thought_marker}")
+
+
+def test_k_below_two_is_rejected():
+    with pytest.raises(ValueError, match=r"sample.k=1 must be >= 2"):
+        SampleConfig(k=1)
+    with pytest.raises(ConfigError, match="sample.k"):
+        load_config(None, TpoConfig, ["sample.k=1"])
+
+
+def test_demo_config_loads():
+    cfg = load_config("configs/tpo-demo.yaml", TpoConfig, [])
+    assert cfg.prompt.thought_marker == "Work:" and cfg.measure.seeds == (0, 1, 2)
+    load_config("configs/tpo-qwen.yaml", TpoConfig, [])
+
+
+# -- pairs and length control --------------------------------------------------------------------
+def S(score, response="x", parsed=True, completion=None):
+    return Sample(completion=completion or f"T {response}", thought="T", response=response, parsed=parsed,
+                  score=score if parsed else None)
+
+
+def test_ties_give_no_pair():
+    groups = [Group("a", "p", [S(1.0), S(1.0), S(1.0)]), Group("b", "p", [S(1.0, "y"), S(0.0, "n")])]
+    pairs, counts = build_pairs(groups, 0.0, PairsConfig())
+    assert [p["instruction_id"] for p in pairs] == ["b"] and counts["ties"] == 1
+    assert pick(groups[0], 0.3, PairsConfig()) is None
+
+
+def test_rho_is_the_smallest_that_makes_chosen_not_longer():
+    # Long responses score a little higher: with rho=0 chosen is longer on average; length control
+    # must pick the smallest grid value where chosen responses are not longer than rejected ones.
+    groups = []
+    for g in range(6):
+        groups.append(Group(f"g{g}", "p", [S(1.0, "x" * 40), S(0.9, "x" * 5), S(0.2, "x" * 10), S(0.0, "x" * 30)]))
+    cfg = PairsConfig(rho_steps=11)
+    rho = choose_rho(groups, cfg)
+
+    def chosen_not_longer(r):
+        picks = [pick(g, r, cfg) for g in groups]
+        return sum(len(c.response) for c, _ in picks) <= sum(len(r_.response) for _, r_ in picks)
+
+    assert 0 < rho <= 0.5 and chosen_not_longer(rho)
+    smaller = [r for r in (i * 0.05 for i in range(11)) if r < rho - 1e-9]
+    assert smaller and not any(chosen_not_longer(r) for r in smaller)
+
+
+def test_rho_is_zero_when_chosen_already_shorter():
+    groups = [Group("a", "p", [S(1.0, "xx"), S(0.0, "x" * 20)])]
+    assert choose_rho(groups, PairsConfig()) == 0.0
+
+
+def test_unparsable_outputs_are_capped_rejected():
+    groups = [Group(f"g{i}", "p", [S(1.0, "good"), S(0.0, "bad"), S(None, parsed=False, completion="garbage")])
+              for i in range(20)]
+    pairs, counts = build_pairs(groups, 0.0, PairsConfig(unparsable_share=0.1))
+    unp = [p for p in pairs if p["kind"] == "unparsable"]
+    assert counts["unparsable_candidates"] == 20
+    assert len(unp) == 2 and len(unp) / len(pairs) <= 0.1
+    assert all(p["rejected"] == "garbage" and p["chosen"] == "T good" for p in unp)
+    none, _ = build_pairs(groups, 0.0, PairsConfig(unparsable_share=0.0))
+    assert all(p["kind"] == "scored" for p in none)
+
+
+def test_pairs_keep_the_thought_in_chosen_and_rejected():
+    groups = [Group("a", "PROMPT", [S(1.0, "7", completion=" 3+4=7. So: 7"), S(0.0, "8", completion=" 3+4=8. So: 8")])]
+    (p,), _ = build_pairs(groups, 0.0, PairsConfig())
+    assert p["prompt"] == "PROMPT" and p["chosen"] == " 3+4=7. So: 7" and p["rejected"] == " 3+4=8. So: 8"
+
+
+# -- the loop with a stub sampler ---------------------------------------------------------------------
+SECRET = "ZQXSECRETTHOUGHT"
+
+
+class StubSampler:
+    """Answers arithmetic: right on even sample index, wrong on odd; thoughts carry a sentinel.
+
+    `fail_after` raises after that many generate calls (a job killed mid-sampling).
+    """
+
+    def __init__(self, fail_after: int | None = None):
+        self.version, self.calls, self.prompts, self.fail_after = None, 0, [], fail_after
+
+    async def load(self, version=None):
+        self.version = version
+
+    async def generate(self, prompts, params: SamplingParams):
+        if self.fail_after is not None and self.calls >= self.fail_after:
+            raise RuntimeError("killed")
+        self.calls += 1
+        self.prompts += list(prompts)
+        out = []
+        for p in prompts:
+            expr = re.search(r"Q: (\S+)", p).group(1)
+            value = eval(expr)  # the stub's own arithmetic instructions, not model output
+            row = []
+            for k in range(params.n):
+                v = value if k % 2 == 0 else value + 1 + k
+                text = f" {SECRET} {expr}={v}. So: {v}" if p.endswith("Work:") else f" {v}"
+                if p.endswith("Work:") and params.n > 1 and k == params.n - 1:
+                    text = " no markers at all"
+                row.append(Completion(text, "stop", 1, 1, self.version))
+            out.append(row)
+        return out
+
+
+class RecordingJudge:
+    name = "recording"
+
+    def __init__(self):
+        self.seen: list[JudgeItem] = []
+
+    async def score(self, items):
+        self.seen += items
+        return [Verdict.of(1.0 if i.response.strip() == i.reference else 0.0) for i in items]
+
+
+def tiny_cfg(experiment: str, iterations: int = 1) -> TpoConfig:
+    return load_config("configs/tpo-demo.yaml", TpoConfig, [
+        f"experiment={experiment}", f"iterations={iterations}", "sample.instructions=6", "sample.k=4",
+        "sample.batch_instructions=2", "measure.heldout=4", "measure.seeds=[0,1]"])
+
+
+def make_loop(cfg, store, sampler, judge, trained):
+    async def train(rows, start, arm, iteration):
+        trained.append((arm, iteration, len(rows)))
+        return f"/ckpt/{arm}-{iteration + 1}", {"loss": 0.0}
+
+    return TpoLoop(cfg, state=TpoState(store.client, cfg.experiment), models=store.models(cfg.experiment),
+                   sampler=sampler, judge=judge, train=train, seed_checkpoint="/ckpt/seed", progress=False)
+
+
+def test_loop_runs_both_arms_and_the_judge_never_sees_a_thought(store, experiment_name):
+    cfg, sampler, judge, trained = tiny_cfg(experiment_name), StubSampler(), RecordingJudge(), []
+    summary = asyncio.run(make_loop(cfg, store, sampler, judge, trained).run())
+    assert judge.seen and all(SECRET not in i.response and SECRET not in i.instruction for i in judge.seen)
+    assert any(SECRET in p for p in sampler.prompts) is False  # prompts never carry thoughts either
+    assert sorted((arm, it) for arm, it, _ in trained) == [("direct", 0), ("thought", 0)]
+    assert all(n >= 1 for *_, n in trained)
+    it = summary["iterations"]
+    assert [e["iteration"] for e in it] == [0, 1] and len(summary["baselines"]["direct"]) == 2
+    e = it[1]
+    assert e["model_version"] != it[0]["model_version"] and len(e["score_seeds"]) == 2
+    assert e["unparsable_rate"] == 0.0 and e["pairs"] >= 1 and e["rho"] is not None
+    assert 0 <= e["win_rate_vs_direct"] <= 1 and e["accuracy"] == e["score"]
+    assert store.models(cfg.experiment).list()[-1].note.endswith("iteration 1")
+
+
+def test_killed_job_resumes_without_sampling_twice(store, experiment_name):
+    cfg, judge = tiny_cfg(experiment_name), RecordingJudge()
+    # measurement: 1 reference (direct seed) x 2 seeds + thought seed x 2 seeds = 4 calls; then thought
+    # arm training sampling: 3 batches of 2 instructions. Die after the first training batch.
+    first = StubSampler(fail_after=5)
+    with pytest.raises(RuntimeError, match="killed"):
+        asyncio.run(make_loop(cfg, store, first, judge, []).run())
+    state = TpoState(store.client, cfg.experiment)
+    assert len(state.get_rows("thought", "it0", "samples")) == 2
+    second, trained = StubSampler(), []
+    asyncio.run(make_loop(cfg, store, second, judge, trained).run())
+    train_ids = {i["instruction"] for i in instructions(6, cfg.instruction_seed)}
+    resampled = [p for p in second.prompts if p.endswith("Work:") and re.search(r"Q: (\S+)", p).group(1) in train_ids]
+    assert len(resampled) == 4  # only the 4 instructions the killed run had not sampled
+    # nothing measured twice either: the seed's measurements were stored
+    seed_measure = [p for p in second.prompts if re.search(r"Q: (\S+)", p).group(1) not in train_ids]
+    assert len(seed_measure) == 2 * 2 * 4  # both arms' iteration-1 models x 2 seeds x 4 held-out; not the seed's
+    # a third start reuses the trained versions: no training, no sampling
+    third, trained3 = StubSampler(), []
+    asyncio.run(make_loop(cfg, store, third, judge, trained3).run())
+    assert trained3 == [] and third.calls == 0
+
+
+def test_judge_failure_is_recorded_not_dropped(store, experiment_name):
+    class NanJudge(RecordingJudge):
+        async def score(self, items):
+            return [Verdict.of(float("nan")) if "1" in i.response else Verdict.of(0.0) for i in items]
+
+    cfg = tiny_cfg(experiment_name)
+    loop = make_loop(cfg, store, StubSampler(), NanJudge(), [])
+    ins = instructions(6, cfg.instruction_seed)
+    texts = asyncio.run(loop.sample("direct", 0, ins))
+    groups = asyncio.run(loop.judge("direct", ("direct", "it0", "judged"), ins, texts))
+    failed = [s for g in groups for s in g.samples if s.judge_error]
+    assert failed and all(s.score is None and s.judge_error == "judge: nan score" for s in failed)
+    assert sum(len(g.samples) for g in groups) == 6 * 4  # every sample kept
+
+
+def test_restart_with_another_seed_is_refused(store, experiment_name):
+    cfg = tiny_cfg(experiment_name)
+    make_loop(cfg, store, StubSampler(), RecordingJudge(), []).seed_version()
+    other = TpoLoop(cfg, state=TpoState(store.client, cfg.experiment), models=store.models(cfg.experiment),
+                    sampler=StubSampler(), judge=RecordingJudge(), train=None, seed_checkpoint="/ckpt/other")
+    with pytest.raises(ValueError, match="use a new experiment name"):
+        other.seed_version()

@@ -1,0 +1,104 @@
+"""TpoConfig: the one typed config of a TPO run (loaded from YAML by common.config; never written to)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from thinking.pairs import PairsConfig
+from thinking.prompts import DirectPromptConfig, ThoughtPromptConfig
+
+
+@dataclass
+class ModelConfig:
+    checkpoint: str = "models/tpo-arith-seed"  # the seed: a Hugging Face checkpoint dir every node can read
+    engine: str = "transformers"  # search.engines name (vllm on GPUs)
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. batch_size, gpu_memory_utilization
+    num_actors: int = 1  # sampler actors in the pool
+
+
+@dataclass
+class SampleConfig:
+    instructions: int = 32  # fresh training instructions per iteration
+    k: int = 8  # samples per instruction (paper: 8)
+    temperature: float = 0.8  # paper: 0.8
+    top_p: float = 0.95  # paper: 0.95
+    max_tokens: int = 64  # thought + response
+    batch_instructions: int = 16  # instructions per stored batch (the resumable unit)
+
+    def __post_init__(self):
+        if self.k < 2:
+            raise ValueError(f"sample.k={self.k} must be >= 2: a preference pair needs two samples per instruction")
+        for name in ("instructions", "max_tokens", "batch_instructions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"sample.{name}={getattr(self, name)} must be >= 1")
+
+
+@dataclass
+class JudgeConfig:
+    kind: Literal["programmatic", "reward_model", "pairwise"] = "programmatic"  # verifiers.judges name
+    checkpoint: str = ""  # reward_model: a sequence-classification checkpoint; pairwise+pool: the judge LLM
+    engine: Literal["pool", "openai"] = "pool"  # pairwise: a judge pool of its own, or an endpoint
+    base_url: str = ""  # pairwise + openai: the endpoint (key from $OPENAI_API_KEY, never the config)
+    model: str = ""  # pairwise + openai: the served model name
+    kwargs: dict[str, Any] = field(default_factory=dict)  # extra judge arguments (mode, template, ...)
+
+    def __post_init__(self):
+        if self.kind == "reward_model" and not self.checkpoint:
+            raise ValueError("judge.checkpoint is empty: a reward_model judge needs a sequence-classification "
+                             "checkpoint dir")
+        if self.kind == "pairwise" and self.engine == "pool" and not self.checkpoint:
+            raise ValueError("judge.checkpoint is empty: a pairwise judge on engine 'pool' needs the judge model's "
+                             "checkpoint (it runs in its own pool, never the model being trained)")
+        if self.kind == "pairwise" and self.engine == "openai" and not self.base_url:
+            raise ValueError("judge.base_url is empty: a pairwise judge on engine 'openai' needs the endpoint URL")
+
+
+@dataclass
+class TrainConfig:
+    beta: float = 0.1  # DPO beta
+    max_steps: int = 40  # DPO steps per iteration
+    learning_rate: float = 5e-5  # DPO learning rate
+    batch_size: int = 16  # pairs per step
+    max_length: int = 256  # prompt + completion tokens
+    lora: bool = False  # LoRA adapters (merged on save) instead of full fine-tuning
+    num_cpus: int = 1  # CPUs of the training Ray task (a GPU is used when the cluster has one)
+
+
+@dataclass
+class MeasureConfig:
+    heldout: int = 64  # held-out instructions (never trained on)
+    seeds: tuple[int, ...] = (0, 1, 2)  # sampling seeds; figures are means with per-seed values
+    temperature: float = 0.8  # sampling temperature of the measurement
+    top_p: float = 0.95
+
+    def __post_init__(self):
+        if self.heldout < 1 or not self.seeds:
+            raise ValueError("measure.heldout must be >= 1 and measure.seeds non-empty")
+
+
+@dataclass
+class TpoConfig:
+    experiment: str = "tpo"  # Redis namespace; outputs go to runs_dir/experiment/
+    runs_dir: str = "runs"  # where run directories are written
+    storage: str = ""  # checkpoints and datasets (shared by every node); "" = the run dir
+    iterations: int = 3  # DPO rounds (paper: 4-5)
+    instructions: str = "thinking.arith:instructions"  # `module:function(n, seed) -> [{id, instruction, reference?}]`
+    instruction_seed: int = 1  # iteration i draws with seed instruction_seed + i (fresh each iteration)
+    heldout_seed: int = 1000  # held-out instructions' seed
+    baseline: bool = True  # also run the direct-response arm, same budget (TPO is compared with it)
+    model: ModelConfig = field(default_factory=ModelConfig)  # seed model and sampler engine
+    prompt: ThoughtPromptConfig = field(default_factory=ThoughtPromptConfig)  # thought prompt and markers
+    direct_prompt: DirectPromptConfig = field(default_factory=DirectPromptConfig)  # the baseline's prompt
+    sample: SampleConfig = field(default_factory=SampleConfig)  # K samples per instruction
+    judge: JudgeConfig = field(default_factory=JudgeConfig)  # scores the response only
+    pairs: PairsConfig = field(default_factory=PairsConfig)  # length control and unparsable cap
+    train: TrainConfig = field(default_factory=TrainConfig)  # DPO per iteration
+    measure: MeasureConfig = field(default_factory=MeasureConfig)  # held-out measurement
+
+    def __post_init__(self):
+        if self.iterations < 0:
+            raise ValueError(f"iterations={self.iterations} must be >= 0")
+        if self.heldout_seed < self.instruction_seed + self.iterations:
+            raise ValueError(f"heldout_seed={self.heldout_seed} must be >= instruction_seed + iterations, so the "
+                             "held-out instructions are never among the training ones")

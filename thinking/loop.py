@@ -1,0 +1,233 @@
+"""The TPO loop: sample -> judge -> pairs -> train -> publish -> reload -> measure, per arm.
+
+    loop = TpoLoop(cfg, state=TpoState(...), models=store.models(exp), sampler=pool, judge=judge, train=fn)
+    summary = await loop.run()
+
+Two arms share every step and budget: "thought" (the thought prompt; the judge sees the
+parsed response) and "direct" (the baseline: the whole completion is the response). The
+sampler is anything with `generate(prompts, params)` and `async load(version)` (the
+SamplerPool, or a stub in tests); `train(rows, start, arm, iteration)` returns a finished
+checkpoint dir and metrics (the job runs TRL's DPO as a Ray task). Every phase is kept in
+Redis (thinking.state), so a restarted run draws only what is missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+from tqdm import tqdm
+
+from common.sampling import Completion, Prompt, SamplingParams
+from thinking.config import TpoConfig
+from thinking.pairs import Group, Sample, build_pairs, choose_rho, trl_rows
+from thinking.prompts import DirectPrompt, ThoughtPrompt
+from thinking.state import TpoState
+from verifiers.judges import Judge, JudgeItem
+
+ARMS = ("thought", "direct")
+
+
+class Sampler(Protocol):
+    async def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]: ...
+
+    async def load(self, version: str | None = None) -> Any: ...
+
+
+Train = Callable[[list[dict[str, Any]], Any, str, int], Awaitable[tuple[str, dict[str, Any]]]]
+
+
+def load_instructions(source: str, n: int, seed: int) -> list[dict[str, str]]:
+    module, _, name = source.partition(":")
+    if not name:
+        raise ValueError(f"instructions={source!r} must be `module:function`")
+    rows = getattr(importlib.import_module(module), name)(n, seed)
+    for r in rows:
+        if "id" not in r or "instruction" not in r:
+            raise ValueError(f"instructions {source!r} returned a row without 'id' or 'instruction': {r!r}")
+    return rows
+
+
+def judge_items(instructions: list[dict[str, str]], groups: list[list[Sample]]) -> list[JudgeItem]:
+    """The judge's view: instruction, parsed response (empty when unparsable), reference. Never a thought."""
+    return [JudgeItem(instruction=ins["instruction"], response=s.response, reference=ins.get("reference"),
+                      group=ins["id"]) for ins, samples in zip(instructions, groups, strict=True) for s in samples]
+
+
+class TpoLoop:
+    def __init__(self, cfg: TpoConfig, *, state: TpoState, models: Any, sampler: Sampler, judge: Judge,
+                 train: Train, seed_checkpoint: str | None = None, progress: bool = True):
+        self.cfg, self.state, self.models, self.sampler, self.scorer, self.train_fn = (
+            cfg, state, models, sampler, judge, train)
+        self.prompts = {"thought": ThoughtPrompt(cfg.prompt), "direct": DirectPrompt(cfg.direct_prompt)}
+        self.arms = ARMS if cfg.baseline else ("thought",)
+        self.progress = progress
+        self.loaded: str | None = None
+        self.seed_checkpoint = seed_checkpoint or cfg.model.checkpoint
+
+    def log(self, line: str) -> None:
+        if self.progress:
+            tqdm.write(line)
+
+    # -- versions -------------------------------------------------------------------------
+    def seed_version(self) -> Any:
+        found = next((m for m in self.models.list() if m.note == "seed"), None)
+        if found is not None and found.checkpoint != self.seed_checkpoint:
+            raise ValueError(f"experiment {self.cfg.experiment!r} was started with seed {found.checkpoint}, not "
+                             f"model.checkpoint={self.seed_checkpoint}: its stored samples belong to that seed; "
+                             "use a new experiment name")
+        return found or self.models.publish(self.seed_checkpoint, note="seed")
+
+    def version_at(self, arm: str, iteration: int) -> Any:
+        if iteration == 0:
+            return self.seed_version()
+        return next((m for m in self.models.list() if m.note == f"{arm} iteration {iteration}"), None)
+
+    async def reload(self, version: str) -> None:
+        if self.loaded != version:
+            await self.sampler.load(version)
+            self.loaded = version
+
+    # -- steps ------------------------------------------------------------------------------
+    async def sample(self, arm: str, iteration: int, instructions: list[dict[str, str]]) -> dict[str, list[str]]:
+        """K completions per instruction; stored per batch, only missing instructions are drawn."""
+        c = self.cfg.sample
+        done = self.state.get_rows(arm, f"it{iteration}", "samples")
+        todo = [i for i in instructions if i["id"] not in done]
+        params = SamplingParams(n=c.k, temperature=c.temperature, top_p=c.top_p, max_tokens=c.max_tokens,
+                                seed=self.cfg.instruction_seed + iteration)
+        bar = tqdm(total=len(instructions), initial=len(instructions) - len(todo), disable=not self.progress,
+                   desc=f"[{arm} it{iteration}] sample", leave=False)
+        for start in range(0, len(todo), c.batch_instructions):
+            batch = todo[start:start + c.batch_instructions]
+            rows = await self.sampler.generate([self.prompts[arm].build(i["instruction"]) for i in batch], params)
+            new = {i["id"]: [x.text for x in row] for i, row in zip(batch, rows, strict=True)}
+            self.state.put_rows(new, arm, f"it{iteration}", "samples")
+            done |= new
+            bar.update(len(batch))
+        bar.close()
+        return {i["id"]: done[i["id"]] for i in instructions}
+
+    async def judge(self, arm: str, key: tuple[str, ...], instructions: list[dict[str, str]],
+                    texts: dict[str, list[str]]) -> list[Group]:
+        """Parse each completion and score its response alone; verdicts stored, failures kept as such."""
+        done = self.state.get_rows(*key)
+        todo = [i for i in instructions if i["id"] not in done]
+        if todo:
+            parser = self.prompts[arm]
+            groups = []
+            for ins in todo:
+                row = []
+                for t in texts[ins["id"]]:
+                    p = parser.parse(t)
+                    row.append(Sample(completion=t, thought=p.thought, response=p.response, parsed=p.ok,
+                                      judge_error="" if p.ok else f"unparsable: {p.error}"))
+                groups.append(row)
+            verdicts = await self.judge_fn(judge_items(todo, groups))
+            flat = [s for row in groups for s in row]
+            for s, v in zip(flat, verdicts, strict=True):
+                if s.parsed:
+                    s.score = v.score
+                    s.judge_error = "" if v.ok else f"judge: {v.error}"
+                else:  # unparsable: judged as an empty response, kept for measurement
+                    s.score = v.score if v.ok else None
+            new = {ins["id"]: [s.to_dict() for s in row] for ins, row in zip(todo, groups, strict=True)}
+            self.state.put_rows(new, *key)
+            done |= new
+        return [Group(i["id"], self.prompts[arm].build(i["instruction"]),
+                      [Sample.from_dict(d) for d in done[i["id"]]]) for i in instructions]
+
+    async def judge_fn(self, items: list[JudgeItem]):
+        verdicts = await self.scorer.score(items)
+        if len(verdicts) != len(items):
+            raise RuntimeError(f"judge {self.scorer.name} returned {len(verdicts)} verdicts for {len(items)} items")
+        return verdicts
+
+    def make_pairs(self, arm: str, iteration: int, groups: list[Group]) -> tuple[list[dict], dict[str, Any]]:
+        stored = self.state.get(arm, f"it{iteration}", "pairs")
+        if stored is not None:
+            return stored["pairs"], stored["counts"]
+        for g in groups:  # unparsable outputs are pairs' rejected only, never scored candidates
+            for s in g.samples:
+                if not s.parsed:
+                    s.score = None
+        rho = choose_rho(groups, self.cfg.pairs)
+        pairs, counts = build_pairs(groups, rho, self.cfg.pairs)
+        self.state.put({"pairs": pairs, "counts": counts}, arm, f"it{iteration}", "pairs")
+        return pairs, counts
+
+    async def train_and_publish(self, arm: str, iteration: int, pairs: list[dict], start: Any,
+                                counts: dict[str, Any]) -> Any:
+        note = f"{arm} iteration {iteration + 1}"
+        found = next((m for m in self.models.list() if m.note == note), None)
+        if found is not None:  # trained before a restart
+            return found
+        if not pairs:
+            return self.models.publish(start.checkpoint, parent=start.version, metrics={"pairs": 0}, note=note)
+        checkpoint, metrics = await self.train_fn(trl_rows(pairs), start, arm, iteration)
+        return self.models.publish(checkpoint, parent=start.version, metrics=metrics | counts, note=note)
+
+    async def measure(self, arm: str, version: Any, heldout: list[dict[str, str]]) -> dict[int, list[Sample]]:
+        """One sample per held-out instruction per sampling seed, judged; stored by version and seed."""
+        m, out = self.cfg.measure, {}
+        for seed in m.seeds:
+            key = ("measure", arm, version.version, f"seed{seed}")
+            done = self.state.get_rows(*key)
+            if len(done) < len(heldout):
+                await self.reload(version.version)
+                params = SamplingParams(n=1, temperature=m.temperature, top_p=m.top_p,
+                                        max_tokens=self.cfg.sample.max_tokens, seed=seed)
+                rows = await self.sampler.generate([self.prompts[arm].build(i["instruction"]) for i in heldout], params)
+                texts = {i["id"]: [r[0].text] for i, r in zip(heldout, rows, strict=True)}
+                await self.judge(arm, key, heldout, texts)
+            groups = await self.judge(arm, key, heldout, {})
+            out[seed] = [g.samples[0] for g in groups]
+        return out
+
+    # -- the loop ---------------------------------------------------------------------------
+    async def run(self) -> dict[str, Any]:
+        from thinking.report import iteration_entry
+
+        cfg = self.cfg
+        heldout = load_instructions(cfg.instructions, cfg.measure.heldout, cfg.heldout_seed)
+        entries: dict[str, list[dict[str, Any]]] = {a: [] for a in self.arms}
+        measured: dict[tuple[str, int], dict[int, list[Sample]]] = {}
+        seed_v = self.seed_version()
+        reference = await self.measure("direct", seed_v, heldout)  # the seed answering directly
+        info: dict[tuple[str, int], dict[str, Any]] = {}
+        for it in range(cfg.iterations + 1):
+            for arm in self.arms:
+                started = time.time()
+                version = self.version_at(arm, it)
+                measured[(arm, it)] = await self.measure(arm, version, heldout)
+                info.setdefault((arm, it), {})["measure_s"] = round(time.time() - started, 2)
+                info[(arm, it)]["model_version"] = version.version
+            for arm in self.arms:
+                entries[arm].append(iteration_entry(
+                    it, info[(arm, it)], measured[(arm, it)], reference,
+                    measured.get(("direct", it)) if arm == "thought" and cfg.baseline else None))
+                e = entries[arm][-1]
+                self.log(f"[{arm} it{it}] {e['model_version']}: score {e['score']}, win rate vs seed "
+                         f"{e['win_rate_vs_seed']:.3f}, unparsable {e['unparsable_rate']:.3f}")
+            if it == cfg.iterations:
+                break
+            train_ins = load_instructions(cfg.instructions, cfg.sample.instructions, cfg.instruction_seed + it)
+            for arm in self.arms:
+                started = time.time()
+                start = self.version_at(arm, it)
+                await self.reload(start.version)
+                texts = await self.sample(arm, it, train_ins)
+                groups = await self.judge(arm, (arm, f"it{it}", "judged"), train_ins, texts)
+                pairs, counts = self.make_pairs(arm, it, groups)
+                t_train = time.time()
+                new = await self.train_and_publish(arm, it, pairs, start, counts)
+                self.log(f"[{arm} it{it}] {counts['pairs']} pairs (rho {counts['rho']:.2f}, {counts['ties']} ties) "
+                         f"-> {new.version} in {time.time() - started:.0f}s")
+                nxt = info.setdefault((arm, it + 1), {})
+                nxt |= {"rho": counts["rho"], "pairs": counts["pairs"], "pair_counts": counts,
+                        "train_s": round(time.time() - t_train, 2), "wall_s": round(time.time() - started, 2),
+                        "trained_version": new.version}
+        return {"iterations": entries["thought"], "baselines": {"direct": entries.get("direct", [])},
+                "arms": list(self.arms)}
