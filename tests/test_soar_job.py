@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _ray_head import ray_head
 
 from common.config import load_config
 from evolution.config import SoarConfig, TaskSetConfig
@@ -21,12 +21,6 @@ HELDOUT_ID = "67a3c6ac"  # 3x3 too; never searched for hindsight, never trained 
 ITERATION_FIELDS = {"iteration", "model_version", "tasks", "solved", "oracle", "programs", "executions",
                     "cache_hits", "sampler_busy_frac", "wall_s", "curve", "timing"}
 MEASURED_FIELDS = {"seeds", "solved_seeds", "heldout_solved_seeds", "hit_rate", "heldout_hit_rate"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def job_overrides(model: str, runs_dir: Path, experiment: str) -> list[str]:
@@ -108,15 +102,10 @@ def test_soar_through_ray_job_submit(soar_model, tmp_path, redis_server):
     """`ray job submit --working-dir .` against a locally started Ray head."""
     # token auth as a real cluster has it: the head writes the token, the client reads it
     env = os.environ | {"RAY_ADDRESS": "", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
-    gcs_port, dashboard_port = free_port(), free_port()
-    head = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--num-cpus=2",
-                           f"--port={gcs_port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-                           "--disable-usage-stats"], env=env, capture_output=True, text=True)
-    assert head.returncode == 0, head.stderr
-    try:
+    with ray_head(env) as address:
         runtime_env = json.dumps({"env_vars": {"RATCHET_REDIS_URL": redis_server.url, "HF_HUB_OFFLINE": "1"},
                                   "excludes": [".venv", "runs", ".git"]})
-        cmd = [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", f"http://127.0.0.1:{dashboard_port}",
+        cmd = [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", address,
                "--working-dir", ".", "--runtime-env-json", runtime_env, "--",
                sys.executable, "-m", "ray_jobs.soar", "--config", "configs/soar-demo.yaml",
                *job_overrides(soar_model, tmp_path, "submit-test")]
@@ -125,5 +114,3 @@ def test_soar_through_ray_job_submit(soar_model, tmp_path, redis_server):
         assert "succeeded" in job.stdout.lower()
         entry = json.loads((tmp_path / "submit-test" / "summary.json").read_text())["iterations"][0]
         assert entry["programs"] >= 16
-    finally:
-        subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], env=env, capture_output=True)

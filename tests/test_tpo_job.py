@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from _ray_head import ray_head
 
 from common.config import load_config
 from ray_jobs import runner
@@ -55,26 +55,15 @@ def test_tpo_job_trains_both_arms_reports_and_resumes(ray_local, store, tmp_path
     assert figures(again["baselines"]["direct"]) == figures(summary["baselines"]["direct"])
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_tpo_through_ray_job_submit(tmp_path, redis_server):
     """`ray job submit --working-dir .` against a locally started Ray head."""
     env = os.environ | {"RAY_ADDRESS": "", "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "token"}
-    gcs_port, dashboard_port = free_port(), free_port()
-    head = subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--num-cpus=2",
-                           f"--port={gcs_port}", "--dashboard-host=127.0.0.1", f"--dashboard-port={dashboard_port}",
-                           "--disable-usage-stats"], env=env, capture_output=True, text=True)
-    assert head.returncode == 0, head.stderr
-    try:
+    with ray_head(env) as address:
         runtime_env = json.dumps({"env_vars": {"RATCHET_REDIS_URL": redis_server.url, "HF_HUB_OFFLINE": "1"},
                                   "excludes": [".venv", "runs", ".git"]})
         cmd = [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address",
-               f"http://127.0.0.1:{dashboard_port}", "--working-dir", ".", "--runtime-env-json", runtime_env, "--",
+               address, "--working-dir", ".", "--runtime-env-json", runtime_env, "--",
                sys.executable, "-m", "ray_jobs.tpo", "--config", "configs/tpo-demo.yaml",
                *overrides(tmp_path, "tpo-submit-test")]
         for _ in range(20):  # the head's job agent comes up after `ray start` returns: poll until it answers
@@ -86,5 +75,3 @@ def test_tpo_through_ray_job_submit(tmp_path, redis_server):
         assert "succeeded" in job.stdout.lower()
         summary = json.loads((tmp_path / "tpo-submit-test" / "summary.json").read_text())
         assert len(summary["iterations"]) == 2
-    finally:
-        subprocess.run([sys.executable, "-m", "ray.scripts.scripts", "stop", "--force"], env=env, capture_output=True)
