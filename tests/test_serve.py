@@ -11,11 +11,11 @@ import pytest
 from _models import build_models, expected
 from fastapi.testclient import TestClient
 
+from common.sampling import Completion, ContextLengthError, SamplingParams
 from search.engines.openai_engine import OpenAIEngine
 from search.pool import PoolConfig
 from search.serve import ServeSettings
 from search.serve.app import build_app
-from common.sampling import Completion, ContextLengthError, SamplingParams
 
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}

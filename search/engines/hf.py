@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 
-from search.engines.base import default_version
 from common.sampling import (
     Completion,
     Prompt,
@@ -28,6 +27,7 @@ from common.sampling import (
     render_prompt,
     truncate_at_stop,
 )
+from search.engines.base import default_version
 
 
 def default_threads() -> int:

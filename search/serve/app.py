@@ -17,6 +17,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from common.sampling import Completion, ContextLengthError, Prompt, SamplingParams, check_counts
 from search.serve.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -25,7 +26,6 @@ from search.serve.protocol import (
     completion_response,
     error_body,
 )
-from common.sampling import Completion, ContextLengthError, Prompt, SamplingParams, check_counts
 
 log = logging.getLogger("ratchet.serve")
 

@@ -13,10 +13,10 @@ from typing import Any
 
 from ray import serve
 
+from common.sampling import Completion, Prompt, SamplingParams
 from search.pool import PoolConfig, SamplerPool
 from search.serve.app import build_app
 from search.serve.protocol import ReasoningSplit
-from common.sampling import Completion, Prompt, SamplingParams
 
 REPLICA_CPUS = 0  # the replica only routes; the pool's actors hold the CPUs/GPUs
 
