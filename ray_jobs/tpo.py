@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from ray_jobs import runner
+from search.pool import PoolConfig, SamplerPool
+from thinking import report
 from thinking.config import TpoConfig
+from thinking.loop import TpoLoop
+from thinking.state import TpoState
+from training.dpo import DPOJobConfig, train_dpo_remote
+from verifiers.judges import make_judge as build
 
 CPUS_PER_SAMPLER = 1.0  # each sampler actor's CPU share
 
@@ -31,8 +37,6 @@ def resolve(path: str) -> str:
 
 
 def make_judge(cfg: TpoConfig):
-    from search.pool import PoolConfig, SamplerPool
-    from verifiers.judges import make_judge as build
 
     j = cfg.judge
     if j.kind == "reward_model":
@@ -51,7 +55,6 @@ def make_judge(cfg: TpoConfig):
 
 def dpo_trainer(cfg: TpoConfig, storage: Path):
     async def train(rows: list[dict[str, Any]], start, arm: str, iteration: int) -> tuple[str, dict[str, Any]]:
-        from training.dpo import DPOJobConfig, train_dpo_remote
 
         t = cfg.train
         out = storage / "checkpoints" / f"{arm}-it{iteration + 1}"
@@ -65,10 +68,6 @@ def dpo_trainer(cfg: TpoConfig, storage: Path):
 
 
 async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
-    from search.pool import PoolConfig, SamplerPool
-    from thinking import report
-    from thinking.loop import TpoLoop
-    from thinking.state import TpoState
 
     models = ctx.store.models(cfg.experiment)
     seed = resolve(cfg.model.checkpoint)

@@ -13,7 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from datasets import Dataset
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
 from trl import RewardConfig, RewardTrainer
 
 from training.common import (
@@ -36,8 +38,6 @@ class RewardJobConfig(RatchetTrainFields, RewardConfig):
 
 def train_reward(cfg: RewardJobConfig, data: Dataset | list[dict[str, Any]] | str) -> TrainResult:
     """Train a scalar reward head (and the body) on chosen/rejected pairs; returns the checkpoint."""
-    import torch
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     started = time.time()
     check_fields(cfg)

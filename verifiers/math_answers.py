@@ -19,6 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from math_verify import parse, verify
+
 # math-verify enforces its timeouts with SIGALRM, which exists only on the main thread; in
 # Ray actors and executor threads we disable them (answers are short) and silence its warning.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -68,7 +70,6 @@ def extract_answer(text: str, *, last_number_fallback: bool = True) -> str | Non
 
 @lru_cache(maxsize=65536)
 def _parse(answer: str, main_thread: bool) -> tuple:
-    from math_verify import parse
 
     timeout = _TIMEOUT_S if main_thread else None
     text = answer if "$" in answer or "\\boxed" in answer else f"${answer}$"
@@ -102,7 +103,6 @@ def is_equivalent(pred: str | None, gold: str) -> bool:
         return False
     if normalize_answer(pred) == normalize_answer(gold):
         return True
-    from math_verify import verify
 
     g, p = parsed(gold), parsed(pred)
     if not g or not p:

@@ -17,6 +17,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    DynamicCache,
+    GenerationConfig,
+    LogitsProcessorList,
+)
 
 from common.sampling import (
     Completion,
@@ -28,6 +35,7 @@ from common.sampling import (
     truncate_at_stop,
 )
 from search.engines.base import default_version
+from search.engines.regex_constraint import RegexLogitsProcessor, TokenRegex
 
 
 def default_threads() -> int:
@@ -67,7 +75,6 @@ class TransformersEngine:
             self.load(checkpoint, version)
 
     def load(self, checkpoint: str, version: str | None = None) -> None:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if not os.path.isdir(checkpoint):
             raise FileNotFoundError(f"checkpoint {checkpoint} is not a directory; pass a Hugging Face checkpoint dir")
@@ -125,7 +132,6 @@ class TransformersEngine:
         """n samples of one prompt: the prompt (but its last token) is run once, its KV cache
         copied n times, then generate continues from it. Several times faster than n
         prefills when prompts are long and completions short, as SOAR's are."""
-        from transformers import DynamicCache
 
         if len(prompt_ids) < 2:
             return self._generate_batch([prompt_ids] * n, params)
@@ -156,7 +162,6 @@ class TransformersEngine:
         return [self._completion(row, len(x), params) for row, x in zip(generated, batch, strict=True)]
 
     def _generation_config(self, params: SamplingParams):
-        from transformers import GenerationConfig
 
         tok = self.tokenizer
         # A fresh config (not the checkpoint's generation_config) so every engine samples with
@@ -172,9 +177,7 @@ class TransformersEngine:
         )
 
     def _processors(self, params: SamplingParams, prompt_width: int):
-        from transformers import LogitsProcessorList
 
-        from search.engines.regex_constraint import RegexLogitsProcessor, TokenRegex
 
         if params.regex is None:
             return None

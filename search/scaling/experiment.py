@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from common.sampling import Completion, Generate, Prompt, SamplingParams
+from search.pool import PoolConfig, SamplerPool  # Ray is started by the job runner
 from search.scaling.arith_problems import arith_triples, make_problems
 from search.scaling.config import ScalingConfig
 from search.scaling.curves import compute_curves
@@ -58,7 +59,6 @@ def make_generate(cfg: ScalingConfig, checkpoint: str) -> tuple[Generate, Callab
             return await asyncio.to_thread(engine.generate, list(prompts), params)
 
         return generate, lambda: None
-    from search.pool import PoolConfig, SamplerPool  # Ray is started by the job runner
 
     pool = SamplerPool(PoolConfig(engine=cfg.engine, engine_kwargs=cfg.engine_kwargs, num_actors=cfg.num_actors,
                                   num_cpus_per_actor=CPUS_PER_SAMPLER, experiment=cfg.experiment),

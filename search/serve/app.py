@@ -18,6 +18,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from common.sampling import Completion, ContextLengthError, Prompt, SamplingParams, check_counts
+from search.scaling.service_search import SearchOptions, search_and_select
 from search.serve.protocol import (
     ChatCompletionRequest,
     CompletionRequest,
@@ -124,7 +125,6 @@ def build_app(backend: Backend, *, model_name: str, api_key: str | None = None,
 
     async def searched_chat(req: ChatCompletionRequest, messages: list[dict], max_tokens: int) -> dict[str, Any]:
         """Sampling-based search with self-verification: k candidates, verdicts, one answer."""
-        from search.scaling.service_search import SearchOptions, search_and_select
 
         try:
             options = SearchOptions.from_request(req.search)

@@ -12,6 +12,9 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
 from verifiers.judges.base import JudgeItem, Verdict, check_verdicts
 
 PLAIN = "{instruction}\n\n{response}"  # how (instruction, response) is rendered without a chat template
@@ -44,8 +47,6 @@ class RewardModelJudge:
 
     def __init__(self, checkpoint: str, batch_size: int = 16, max_length: int = 1024):
         check_classifier(checkpoint)
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
