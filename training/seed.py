@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from common.config import redact_secrets
 from store.codehash import content_hash
 from store.server import ratchet_home
 from training.corpora import load_corpus, named_function
@@ -135,7 +136,7 @@ def build_seed_model(cfg: SeedConfig, progress: bool = True) -> SeedResult:
         )
         result = train_sft(sft, rows)
     info = {
-        "config": asdict(cfg), "key": key, "parameters": params, "corpus_rows": len(rows),
+        "config": redact_secrets(asdict(cfg)), "key": key,  # a checkpoint carries its config, never a secret "parameters": params, "corpus_rows": len(rows),
         "build_s": round(time.time() - started, 2), "train": result.metrics,
     }
     (final / SEED_INFO).write_text(json.dumps(info, indent=2))
