@@ -81,7 +81,7 @@ class ControlsConfig:
 class SoarConfig:
     experiment: str = "soar"  # Redis namespace; the same name resumes
     runs_dir: str = "runs"
-    storage_path: str = ""  # checkpoints and datasets; every node must read it (default: the run dir)
+    storage_path: str = ""  # checkpoints and datasets go under <storage_path>/<experiment>/; every node must read it (default: the run dir)
     iterations: int = 1  # searches; a learning step (hindsight SFT) runs between consecutive ones
     tasks: TaskSetConfig = field(default_factory=TaskSetConfig)
     model: ModelConfig = field(default_factory=ModelConfig)

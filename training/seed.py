@@ -121,6 +121,8 @@ def build_seed_model(cfg: SeedConfig, progress: bool = True) -> SeedResult:
     final = cache / f"seed-{cfg.preset}-{key}"
     if (final / SEED_INFO).exists():
         return SeedResult(str(final), True, json.loads((final / SEED_INFO).read_text()))
+    if final.exists():  # a build killed after its rename, before its info: unfinished, build it again
+        shutil.rmtree(final)
 
     started = time.time()
     cache.mkdir(parents=True, exist_ok=True)
