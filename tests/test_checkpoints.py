@@ -14,9 +14,8 @@ from safetensors.torch import save_file
 
 from evolution.config import SoarConfig
 from evolution.loop import SoarLoop
-from store.models import CheckpointChanged, verify_files
 from training import checkpoints
-from training.checkpoints import CheckpointExists, finalize_checkpoint, publish
+from training.checkpoints import CheckpointError, finalize_checkpoint, publish
 
 
 def fake_checkpoint(path: Path, value: float) -> Path:
@@ -38,11 +37,11 @@ def test_a_finished_checkpoint_is_never_replaced(tmp_path):
     final = tmp_path / "checkpoints" / "it1"
     final.parent.mkdir()
     finalize_checkpoint(fake_checkpoint(tmp_path / ".it1.tmp-aaaaaaaa", 1.0), final)
-    assert (final / checkpoints.MANIFEST).exists()
     second = fake_checkpoint(tmp_path / ".it1.tmp-bbbbbbbb", 2.0)
-    with pytest.raises(CheckpointExists, match="never replaced"):
+    with pytest.raises(CheckpointError, match="never replaced"):  # CheckpointExists
         finalize_checkpoint(second, final)
     assert weights(final) == 1.0  # experiment A's weights are still A's
+    assert (final / "ratchet_manifest.json").exists()
     assert not second.exists()  # the refused scratch copy does not linger
 
 
@@ -55,12 +54,14 @@ def test_files_are_fsynced_before_the_rename(tmp_path, monkeypatch):
     finalize_checkpoint(tmp, tmp_path / "it1")
     renamed = events.index(f"rename {tmp}")
     synced = set(events[:renamed])
-    assert {str(tmp / f) for f in ("model.safetensors", "config.json", checkpoints.MANIFEST)} <= synced
+    assert {str(tmp / f) for f in ("model.safetensors", "config.json", "ratchet_manifest.json")} <= synced
     assert str(tmp) in synced  # the directory's entries too
     assert str(tmp_path) in events[renamed + 1:]  # and the rename, in the parent
 
 
 def test_publish_records_file_hashes_and_a_changed_checkpoint_is_refused(store, experiment_name, tmp_path):
+    from store.models import CheckpointChanged, verify_files
+
     final = finalize_checkpoint(fake_checkpoint(tmp_path / ".a.tmp-dddddddd", 1.0), tmp_path / "a")
     mv = publish(store, experiment_name, final, parent=None, metrics={})
     assert set(mv.files) == {"config.json", "tokenizer.json", "model.safetensors"}
@@ -105,6 +106,6 @@ def test_an_unpublished_leftover_is_discarded_but_a_published_checkpoint_never(s
     assert checkpoints.discard_unpublished(left, store.models(experiment_name).list())
     assert not left.exists()
     kept = publish(store, experiment_name, fake_checkpoint(tmp_path / "it2", 2.0), parent=None, metrics={})
-    with pytest.raises(CheckpointExists, match="published as v0"):
+    with pytest.raises(CheckpointError, match="published as v0"):
         checkpoints.discard_unpublished(tmp_path / "it2", store.models(experiment_name).list())
     assert Path(kept.checkpoint).exists()

@@ -65,7 +65,7 @@ def test_missing_and_malformed_files(tmp_path):
 
 
 def test_secrets_are_redacted_wherever_a_config_is_written(tmp_path):
-    from common.config import dump_yaml, redact_secrets
+    from common.config import dump_yaml
 
     @dataclass
     class Sampler:
@@ -90,4 +90,6 @@ def test_secrets_are_redacted_wherever_a_config_is_written(tmp_path):
                                 "max_tokens": 64},
                     "base_url": "rediss://:***@redis:6380/0", "hf_token": "***", "pad_token": "<pad>"}
     assert cfg.sampler.engine_kwargs["api_key"] == "sk-123456"  # the running job keeps the value
+    from common.config import redact_secrets
+
     assert redact_secrets({"api_key": None, "password": ""}) == {"api_key": None, "password": ""}

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from store import Store, StoreUnavailable, code_hash, connect
-from store.connection import ENV_URL, ENV_URL_FILE
+from store.connection import ENV_URL
 from store.server import ensure_local_server, stop_local_server
 
 
@@ -189,6 +189,8 @@ def test_store_url_prints_the_password_only_when_asked(tmp_path):
 
 
 def test_the_url_can_come_from_a_file_so_no_password_enters_a_job_record(redis_server, tmp_path, monkeypatch):
+    from store.connection import ENV_URL_FILE
+
     url_file = tmp_path / "redis-url"
     url_file.write_text(redis_server.url + "\n")
     monkeypatch.delenv(ENV_URL, raising=False)
