@@ -101,8 +101,11 @@ class ExperimentRegistry:
         return self._live(Experiment(**loads(raw)))
 
     def _live(self, exp: Experiment) -> Experiment:
-        """A "running" experiment whose driver no longer renews its lease was killed."""
-        if exp.status == "running" and not self.client.exists(lease_key(exp.name)):
+        """A "running" experiment whose driver no longer renews its lease was killed.
+
+        Only for runs whose driver declared itself (host, pid: the job runner, which holds the
+        lease); a caller that sets "running" without a lease gets it back as it wrote it."""
+        if exp.status == "running" and exp.pid and not self.client.exists(lease_key(exp.name)):
             exp.status = "killed"
             exp.error = exp.error or "the driver stopped renewing its lease (killed, or cut off from Redis)"
         return exp

@@ -197,3 +197,30 @@ def test_a_second_driver_refuses_and_a_killed_driver_reads_killed(ray_local, sto
     record = store.experiments.get(f"{experiment_name}-t")
     assert (record.status, record.error) == ("killed", "SystemExit: stopped by signal SIGTERM")
     assert store.leases(f"{experiment_name}-t").holder() is None  # released at once, not after the TTL
+
+
+def test_a_job_longer_than_the_lease_ttl_keeps_its_lease(ray_local, store, tmp_path, experiment_name, monkeypatch):
+    from store import lease as lease_mod
+
+    monkeypatch.setattr(lease_mod, "LEASE_TTL_S", 0.6)  # renewed every 0.2 s by the runner's heartbeat
+    key = lease_mod.lease_key(experiment_name)
+
+    def long_run(cfg, ctx):
+        renewals, last = 0, store.client.pttl(key)
+        deadline = time.monotonic() + 60
+        while renewals < 5:  # outlive the TTL several times over, watching the heartbeat renew it
+            if time.monotonic() > deadline:
+                raise AssertionError("the lease was not renewed")
+            ttl = store.client.pttl(key)
+            assert ttl > 0, "the lease expired while its job was running"
+            renewals += ttl > last
+            last = ttl
+            time.sleep(0.02)
+        return {"holder": store.leases(cfg.experiment).holder(), "status": store.experiments.get(cfg.experiment).status}
+
+    spec = runner.JobSpec(workload="toy", config_cls=ToyConfig, run=long_run, doc="Long.")
+    summary = runner.execute(spec, runner.parse(spec, [f"experiment={experiment_name}", f"runs_dir={tmp_path}"]),
+                             store)
+    assert summary["status"] == "running" and summary["holder"]["pid"] == os.getpid()
+    assert store.leases(experiment_name).holder() is None  # released at the end
+    assert store.experiments.get(experiment_name).status == "done"

@@ -34,8 +34,10 @@ def test_experiment_registry_create_get_list_status(store: Store, experiment_nam
     assert reg.create(experiment_name, "soar", {}, exist_ok=True).created == exp.created
     with pytest.raises(ValueError, match="is a 'soar' experiment"):
         reg.create(experiment_name, "tpo", {}, exist_ok=True)
-    lease = store.leases(experiment_name).acquire()  # "running" is believed while a driver holds it
-    reg.set_status(experiment_name, "running")
+    reg.set_status(experiment_name, "running")  # no driver declared: taken as written
+    assert reg.get(experiment_name).status == "running"
+    lease = store.leases(experiment_name).acquire()  # a driver's "running" is believed while it holds the lease
+    reg.set_status(experiment_name, "running", host="h", pid=1234, started=1.0)
     assert reg.get(experiment_name).status == "running"
     lease.release()
     assert reg.get(experiment_name).status == "killed"
