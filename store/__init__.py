@@ -42,20 +42,23 @@ class Store:
         return ExecutionCache(self.client)
 
     def models(self, experiment: str) -> ModelRegistry:
-        return ModelRegistry(self.client, experiment)
+        return ModelRegistry(self.client, experiment, self._fence_for(experiment))
 
     def leases(self, experiment: str) -> Leases:
         return Leases(self.client, experiment)
 
     def fence(self, lease: Lease) -> None:
-        """From now on, archive writes of the lease's experiment (and of its `<name>.*`
-        namespaces, e.g. evaluation runs) abort once another driver takes the lease."""
+        """From now on, archive writes and model publishing of the lease's experiment (and of
+        its `<name>.*` namespaces: evaluation runs, controls) abort once another driver takes
+        the lease."""
         self.fences[lease.experiment] = lease.token
 
     def archive(self, experiment: str) -> CandidateArchive:
+        return CandidateArchive(self.client, experiment, self._fence_for(experiment))
+
+    def _fence_for(self, experiment: str) -> tuple[str, int] | None:
         owner = next((e for e in self.fences if experiment == e or experiment.startswith(f"{e}.")), None)
-        fence = None if owner is None else (fence_key(owner), self.fences[owner])
-        return CandidateArchive(self.client, experiment, fence)
+        return None if owner is None else (fence_key(owner), self.fences[owner])
 
     def events(self, experiment: str) -> EventLog:
         return EventLog(self.client, experiment)

@@ -70,9 +70,10 @@ def verify_files(path: str | os.PathLike[str], files: dict[str, str], what: str 
 
 
 class ModelRegistry:
-    def __init__(self, client: redis.Redis, experiment: str):
+    def __init__(self, client: redis.Redis, experiment: str, fence: tuple[str, int] | None = None):
         self.client = client
         self.experiment = experiment
+        self.fence = fence  # (fence counter key, this driver's token): publishing aborts once it moved
         self._versions = keys.exp(experiment, "models")
         self._current = keys.exp(experiment, "models", "current")
         self._counter = keys.exp(experiment, "models", "next")
@@ -94,14 +95,32 @@ class ModelRegistry:
             raise ValueError("checkpoint path is empty")
         if parent is not None and not self.client.hexists(self._versions, parent):
             raise KeyError(f"parent version {parent!r} is not registered in {self.experiment!r}")
-        number = int(self.client.incr(self._counter)) - 1
-        mv = ModelVersion(f"v{number}", str(checkpoint), parent, time.time(), metrics or {}, note, dict(files or {}))
         pipe = self.client.pipeline(transaction=True)  # MULTI/EXEC: entry and pointer together
-        pipe.hset(self._versions, mv.version, dumps(asdict(mv)))
-        if make_current:
-            pipe.set(self._current, mv.version)
-        pipe.execute()
+        try:
+            if self.fence is not None:  # a driver whose lease was taken over publishes nothing
+                key, token = self.fence
+                pipe.watch(key)
+                if int(pipe.get(key) or -1) != token:
+                    raise self._lost()
+            number = int(self.client.incr(self._counter)) - 1
+            mv = ModelVersion(f"v{number}", str(checkpoint), parent, time.time(), metrics or {}, note,
+                              dict(files or {}))
+            pipe.multi()
+            pipe.hset(self._versions, mv.version, dumps(asdict(mv)))
+            if make_current:
+                pipe.set(self._current, mv.version)
+            pipe.execute()
+        except redis.WatchError:
+            raise self._lost() from None
+        finally:
+            pipe.reset()
         return mv
+
+    def _lost(self) -> Exception:
+        from store.lease import LeaseLost
+
+        return LeaseLost(f"experiment {self.experiment!r}: this driver's lease was taken over by another "
+                         "driver, so it published nothing. Stop this driver; the other one carries on.")
 
     def get(self, version: str) -> ModelVersion:
         raw = self.client.hget(self._versions, version)

@@ -55,6 +55,10 @@ def test_archive_writes_of_a_superseded_driver_are_refused(store: Store, experim
         old.archive(experiment_name).add_many([_rec(1)], counters={"n": 1})
     with pytest.raises(LeaseLost):  # its evaluation namespaces too
         old.archive(f"{experiment_name}.eval.v1.0").add_many([_rec(1)])
+    with pytest.raises(LeaseLost, match="published nothing"):  # no second "iteration 1" version
+        old.models(experiment_name).publish("/ckpt/it1", note="iteration 1")
+    assert store.models(experiment_name).list() == []
+    assert new.models(experiment_name).publish("/ckpt/it1", note="iteration 1").version == "v0"
     archive = store.archive(experiment_name)
     assert (archive.count("t1"), archive.samples("t1"), archive.counters(["n"])) == (1, 1, [1])  # nothing leaked
     assert new.archive(experiment_name).add_many([_rec(1)], counters={"n": 1}) == [True]
