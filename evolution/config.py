@@ -81,7 +81,9 @@ class ControlsConfig:
 class SoarConfig:
     experiment: str = "soar"  # Redis namespace; the same name resumes
     runs_dir: str = "runs"  # outputs go to runs_dir/experiment/
-    storage_path: str = ""  # checkpoints and datasets; every node must read it (default: the run dir)
+    # checkpoints and datasets go under <storage_path>/<experiment>/; every node must read it
+    # (default: the run dir)
+    storage_path: str = ""
     iterations: int = 1  # searches; a learning step (hindsight SFT) runs between consecutive ones
     tasks: TaskSetConfig = field(default_factory=TaskSetConfig)  # which ARC tasks are searched and held out
     model: ModelConfig = field(default_factory=ModelConfig)  # the base model (iteration 0's sampler)

@@ -20,7 +20,7 @@ from evolution.hindsight import build_rows
 from evolution.records import Candidate
 from store import Store, keys
 from store.models import ModelVersion
-from training.checkpoints import publish
+from training.checkpoints import discard_unpublished, publish
 from training.corpora import load_corpus
 from training.sft import SFTJobConfig, train_sft_remote
 from verifiers.arc.grids import ArcTask
@@ -76,11 +76,13 @@ async def train_and_publish(learn: LearnConfig, store: Store, *, registry: str, 
     `storage/checkpoints/<name>` -> published in `registry` with `note` (how a restarted job
     finds it again)."""
     started = time.time()
+    final = storage / "checkpoints" / name
+    discard_unpublished(final, store.models(registry).list())  # a killed run's, never a published one
     data_dir = storage / "data" / data_name
     Dataset.from_list(rows).save_to_disk(str(data_dir))
     dataset_s = round(time.time() - started, 2)
     sft = SFTJobConfig(
-        model_path=start.checkpoint, output_dir=str((storage / "checkpoints" / name).resolve()), max_steps=steps,
+        model_path=start.checkpoint, output_dir=str(final.resolve()), max_steps=steps,
         learning_rate=learn.learning_rate, per_device_train_batch_size=learn.batch_size,
         max_length=learn.max_length, lora=learn.lora, disable_tqdm=True, quiet=True, seed=seed,
     )

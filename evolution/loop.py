@@ -45,7 +45,7 @@ from evolution.tasks import load_split, select
 from store import Store
 from store.models import ModelVersion
 from training import embedded
-from training.checkpoints import publish
+from training.checkpoints import clean_scratch, publish
 from training.seed import build_seed_model
 from verifiers.arc.examples import SOLUTIONS
 from verifiers.arc.grids import ArcTask
@@ -96,7 +96,10 @@ class SoarLoop:
                  base: ModelVersion, sampler: Any, verifier: Verifier, run_dir: Path):
         self.cfg, self.store, self.tasks, self.heldout, self.base = cfg, store, tasks, heldout, base
         self.sampler, self.verifier, self.run_dir = sampler, verifier, run_dir
-        self.storage = Path(cfg.storage_path) if cfg.storage_path else run_dir
+        # checkpoints and datasets of this experiment only: a storage_path shared by experiments
+        # never lets one's checkpoints/itN meet another's (run_dir already ends in the name)
+        self.storage = Path(cfg.storage_path) / cfg.experiment if cfg.storage_path else run_dir
+        clean_scratch(self.storage / "checkpoints")  # a killed training's; the runner's lease makes them ours
         self.results: list[SearchResult] = []
         self.baselines: dict[str, Any] = {}
 
@@ -198,7 +201,7 @@ class SoarLoop:
     async def reload(self, version: ModelVersion) -> float:
         """Every sampler actor switches to `version`'s checkpoint; returns the seconds it took."""
         started = time.time()
-        await self.sampler.load_checkpoint(version.checkpoint, version.version)
+        await self.sampler.load_checkpoint(version.checkpoint, version.version, version.files)
         return round(time.time() - started, 2)
 
     async def measure(self, version: ModelVersion, outcomes: dict[str, TaskOutcome]) -> dict[str, Any]:
@@ -224,7 +227,7 @@ class SoarLoop:
             model = await seed_only_model(self.cfg, self.store, self.base, self.storage,
                                           sorted({*self.tasks, *self.heldout}))
             name = f"seed-only-{model.version}"
-            await self.sampler.load_checkpoint(model.checkpoint, name)
+            await self.sampler.load_checkpoint(model.checkpoint, name, model.files)
             measured = await measure_sampler(self.cfg, self.store, self.tasks, self.heldout, self.sampler.submit,
                                              self.verifier, namespace=f"{self.cfg.experiment}.seed-only",
                                              model_version=name, label=SEED_ONLY_NOTE)

@@ -4,9 +4,14 @@
         runner.main(JOB, argv)                      # JOB = runner.JobSpec(...)
 
 A job supplies only its config class and `run(cfg, ctx) -> summary`; the runner parses
-`--config FILE field=value ...`, writes `runs/<experiment>/config.yaml`, registers the
-experiment in the store, starts (or joins) Ray, and sets the status to running, then done
-or failed (with the error), whatever way the run ends.
+`--config FILE field=value ...`, takes the experiment's lease (a second driver of the same
+experiment refuses, naming the first), checks the run's identity (a rerun with another
+resolved config refuses unless `--allow-config-change`, which is recorded), writes
+`runs/<experiment>/config.yaml` and the experiment record (secrets redacted), starts (or
+joins) Ray, and sets the status to running, then done, failed (with the error) or killed
+(SIGTERM, Ctrl-C), whatever way the run ends. A thread renews the lease as the run's
+heartbeat: after a SIGKILL it expires and the status reads "killed". Log records pass a
+filter that blanks the config's secrets; the job itself gets the real values.
 """
 
 from __future__ import annotations
@@ -16,6 +21,10 @@ import asyncio
 import inspect
 import logging
 import os
+import signal
+import socket
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +32,10 @@ from typing import Any, Generic, TypeVar
 
 import ray
 
-from common.config import dump_yaml, load_config, to_dict
-from store import Store
+from common.config import RedactingFilter, config_hash, dump_yaml, load_config, secret_values, to_dict
+from store import Lease, Store
+
+log = logging.getLogger(__name__)
 
 C = TypeVar("C")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -57,42 +68,119 @@ def init_ray() -> None:
         ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False)
 
 
-def execute(spec: JobSpec[C], cfg: C, store: Store | None = None) -> dict[str, Any]:
-    """Run one job with its status kept right: running, then done or failed (with the error)."""
-    run_dir = Path(cfg.runs_dir) / cfg.experiment
-    run_dir.mkdir(parents=True, exist_ok=True)
-    dump_yaml(cfg, run_dir / "config.yaml")
+class Heartbeat:
+    """Renews the lease every ttl/3 in a daemon thread; stops with the run."""
+
+    def __init__(self, lease: Lease):
+        self.lease, self.lost = lease, False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{lease.experiment}", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.lease.ttl_s / 3):
+            try:
+                if not self.lease.renew():
+                    self.lost = True
+                    log.error("experiment %s: lease lost (another driver took over); archive writes now fail",
+                              self.lease.experiment)
+                    return
+            except Exception as e:  # Redis away for a moment: retry at the next beat, within the TTL
+                log.warning("experiment %s: lease renewal failed: %s", self.lease.experiment, e)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        if not self.lost:
+            self.lease.release()
+
+
+def _still_ours(store: Store, lease: Lease) -> bool:
+    holder = store.leases(lease.experiment).holder()
+    return holder is None or holder.get("token") == lease.token
+
+
+def redact_logs(cfg: Any) -> RedactingFilter:
+    """Blank the config's secrets (and any URL password) in every record the root handlers write."""
+    filt = RedactingFilter(secret_values(cfg))
+    for handler in logging.getLogger().handlers:
+        for old in [f for f in handler.filters if isinstance(f, RedactingFilter)]:
+            handler.removeFilter(old)
+        handler.addFilter(filt)
+    return filt
+
+
+def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_change: bool = False,
+            stop_on_sigterm: bool = False) -> dict[str, Any]:
+    """Run one job under its experiment's lease, with its identity checked and its status kept
+    right: running, then done, failed (with the error) or killed.
+
+    `allow_config_change`: continue an experiment whose config differs (recorded). With
+    `stop_on_sigterm` (the CLI's choice; a library caller keeps its own handlers), SIGTERM
+    ends the run as "killed".
+    """
+    filt = redact_logs(cfg)
     store = store or Store.connect()
-    store.experiments.create(cfg.experiment, spec.workload, to_dict(cfg), exist_ok=True)
-    store.experiments.set_status(cfg.experiment, "running")
-    try:
-        init_ray()
-        result = spec.run(cfg, JobContext(store=store, run_dir=run_dir))
-        summary = asyncio.run(result) if inspect.isawaitable(result) else result
-    except BaseException as e:
-        store.experiments.set_status(cfg.experiment, "failed", error=f"{type(e).__name__}: {e}")
-        raise
-    store.experiments.set_status(cfg.experiment, "done")
+    lease = store.leases(cfg.experiment).acquire()  # LeaseHeld: another driver runs this experiment
+    with Heartbeat(lease):
+        store.experiments.create(cfg.experiment, spec.workload, to_dict(cfg), exist_ok=True,
+                                 config_hash=config_hash(cfg), allow_change=allow_config_change)
+        run_dir = Path(cfg.runs_dir) / cfg.experiment
+        run_dir.mkdir(parents=True, exist_ok=True)
+        dump_yaml(cfg, run_dir / "config.yaml")  # only once the identity check passed
+        store.fence(lease)
+        try:
+            init_ray()
+            if stop_on_sigterm and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, _sigterm)  # after ray.init, which installs its own
+            store.experiments.set_status(cfg.experiment, "running", host=socket.gethostname(), pid=os.getpid(),
+                                         started=time.time())
+            result = spec.run(cfg, JobContext(store=store, run_dir=run_dir))
+            summary = asyncio.run(result) if inspect.isawaitable(result) else result
+        except BaseException as e:
+            status = "killed" if isinstance(e, KeyboardInterrupt | SystemExit) else "failed"
+            if _still_ours(store, lease):  # else the record is the new driver's to write
+                store.experiments.set_status(cfg.experiment, status, error=filt.redact(f"{type(e).__name__}: {e}"))
+            raise
+        store.experiments.set_status(cfg.experiment, "done")
     if spec.headline is not None:
         print(f"{spec.headline(summary)} -> {run_dir}/report.md", flush=True)
     return summary
 
 
-def parse(spec: JobSpec[C], argv: list[str] | None = None) -> C:
-    """The resolved config from `--config FILE` and dotted `field=value` overrides."""
+def _parser(spec: JobSpec[C]) -> argparse.ArgumentParser:
     module = spec.run.__module__
     parser = argparse.ArgumentParser(prog=f"python -m {module}", description=spec.doc.split("\n\n")[0])
     parser.add_argument("--config", default=None, help="YAML of overrides (see configs/)")
     if spec.iterations_flag:
         parser.add_argument("--iterations", type=int, default=None, help="shortcut for iterations=N")
+    parser.add_argument("--allow-config-change", action="store_true",
+                        help="continue an existing experiment with a changed config (recorded in its record)")
     parser.add_argument("overrides", nargs="*", help="field=value overrides, e.g. search.seed=1")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _config(spec: JobSpec[C], args: argparse.Namespace) -> C:
     overrides = list(args.overrides)
     if getattr(args, "iterations", None) is not None:
         overrides.append(f"iterations={args.iterations}")
     return load_config(args.config, spec.config_cls, overrides)
 
 
+def parse(spec: JobSpec[C], argv: list[str] | None = None) -> C:
+    """The resolved config from `--config FILE` and dotted `field=value` overrides."""
+    return _config(spec, _parser(spec).parse_args(argv))
+
+
+def _sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(f"stopped by signal {signal.Signals(signum).name}")
+
+
 def main(spec: JobSpec[C], argv: list[str] | None = None) -> dict[str, Any]:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt="%H:%M:%S")
-    return execute(spec, parse(spec, argv))
+    args = _parser(spec).parse_args(argv)
+    # `ray job stop` sends SIGTERM: the record then says "killed", not "running"
+    return execute(spec, _config(spec, args), allow_config_change=args.allow_config_change, stop_on_sigterm=True)

@@ -28,6 +28,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from common.sampling import Completion, Prompt, SamplingParams, check_counts
 from search.engines import engine_class, make_engine
 from store import Store
+from store.models import verify_files
 
 # Threads an actor keeps beyond its generate slots, so stats() and load() answer while it works.
 CONTROL_THREADS = 2
@@ -71,7 +72,8 @@ class ActorStats:
 class SamplerWorker:
     """One engine plus its counters; what runs inside each actor (testable without Ray)."""
 
-    def __init__(self, engine: str, engine_kwargs: dict[str, Any], checkpoint: str | None, version: str | None):
+    def __init__(self, engine: str, engine_kwargs: dict[str, Any], checkpoint: str | None, version: str | None,
+                 files: dict[str, str] | None = None):
         self.engine = make_engine(engine, **engine_kwargs)
         self._generate_lock = threading.Lock()  # one generation at a time: it uses every core/the GPU
         self._stats_lock = threading.Lock()
@@ -80,6 +82,7 @@ class SamplerWorker:
         self.requests = 0
         self.running = 0
         if checkpoint is not None:
+            verify_files(checkpoint, files or {}, what=f"model version {version}")
             self.engine.load(checkpoint, version)
 
     def ready(self) -> str | None:
@@ -101,7 +104,9 @@ class SamplerWorker:
             self.tokens_generated += sum(c.completion_tokens for row in results for c in row)
         return results
 
-    def load(self, checkpoint: str, version: str | None) -> str | None:
+    def load(self, checkpoint: str, version: str | None, files: dict[str, str] | None = None) -> str | None:
+        """Switch to `checkpoint`, once its files match the hashes its version was published with."""
+        verify_files(checkpoint, files or {}, what=f"model version {version}")  # on this node's view of it
         with self._generate_lock:  # requests already running finish on (and are tagged with) the old model
             self.engine.load(checkpoint, version)
         return self.engine.version
@@ -182,6 +187,7 @@ class SamplerPool:
         self.config = config
         self.checkpoint = checkpoint
         self.version = version
+        self.files: dict[str, str] | None = None  # the loaded version's file hashes, checked by replacements too
         gpus = config.num_gpus_per_actor
         if gpus is None:
             gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0
@@ -198,7 +204,7 @@ class SamplerPool:
 
     def _spawn(self) -> Any:
         return SamplerActor.options(**self._actor_options).remote(
-            self.config.engine, self.config.engine_kwargs, self.checkpoint, self.version,
+            self.config.engine, self.config.engine_kwargs, self.checkpoint, self.version, self.files,
         )
 
     def _replace(self, slot: Slot, generation: int) -> None:
@@ -277,12 +283,15 @@ class SamplerPool:
         """generate() for callers without an event loop."""
         return asyncio.run(self.generate(prompts, params))
 
-    async def load_checkpoint(self, checkpoint: str, version: str | None = None) -> list[str | None]:
-        """Switch every actor to `checkpoint`; completions from then on carry `version`."""
-        self.checkpoint, self.version = checkpoint, version  # replacements start on it too
+    async def load_checkpoint(self, checkpoint: str, version: str | None = None,
+                              files: dict[str, str] | None = None) -> list[str | None]:
+        """Switch every actor to `checkpoint`; completions from then on carry `version`.
+
+        `files` (a registry version's hashes): each actor checks them before loading."""
+        self.checkpoint, self.version, self.files = checkpoint, version, files  # replacements start on it too
         slots = list(self.router.slots)
         outcomes = await asyncio.gather(
-            *(s.handle.load.remote(checkpoint, version) for s in slots), return_exceptions=True,
+            *(s.handle.load.remote(checkpoint, version, files) for s in slots), return_exceptions=True,
         )
         for slot, outcome in zip(slots, outcomes, strict=True):
             if isinstance(outcome, RayActorError):  # its replacement loads the new checkpoint
@@ -301,7 +310,7 @@ class SamplerPool:
         mv = registry.get(version) if version else registry.current()
         if mv is None:
             raise ValueError(f"experiment {self.config.experiment!r} has no current model version; publish one first")
-        await self.load_checkpoint(mv.checkpoint, mv.version)
+        await self.load_checkpoint(mv.checkpoint, mv.version, mv.files)
         return mv
 
     async def stats(self) -> list[ActorStats]:

@@ -4,7 +4,9 @@ Dedup is by normalized code hash per task; code text is stored once per hash for
 experiment, records hold only the hash. Sample counters count every record, duplicates
 included (per task, and per task and `kind`), so budgets count what was drawn, not what was
 new. A batch and its counters are written in one MULTI/EXEC: a job killed at any moment
-either archived the whole batch and counted it, or neither.
+either archived the whole batch and counted it, or neither. With a fence (the driver's lease
+token, see store/lease.py), the transaction also aborts, writing nothing, once another
+driver has taken the experiment over.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ import redis
 
 from store import keys
 from store.codehash import code_hash
+from store.lease import LeaseLost
 from store.records import dumps, loads
 
 
 class CandidateArchive:
-    def __init__(self, client: redis.Redis, experiment: str):
+    def __init__(self, client: redis.Redis, experiment: str, fence: tuple[str, int] | None = None):
         self.client = client
         self.experiment = experiment
+        self.fence = fence  # (fence counter key, this driver's token): writes abort once it moved
         self._code = keys.exp(experiment, "code")
         self._tasks = keys.exp(experiment, "tasks")
         self._samples = keys.exp(experiment, "samples")  # task[:kind] -> samples drawn (dups included)
@@ -44,6 +48,8 @@ class CandidateArchive:
         task (False: the same normalized program was already archived there).
         """
         pipe = self.client.pipeline(transaction=True)
+        if self.fence is not None:
+            self._check_fence(pipe)
         for rec in records:
             if "task_id" not in rec or "code" not in rec:
                 raise ValueError(f"archive record needs 'task_id' and 'code'; got keys {sorted(rec)}")
@@ -59,8 +65,30 @@ class CandidateArchive:
         for name, values in (marks or {}).items():
             for h, value in values.items():
                 pipe.hsetnx(keys.exp(self.experiment, "marks", name), h, value)
-        results = pipe.execute()
+        try:
+            results = pipe.execute()
+        except redis.WatchError:
+            raise self._lost() from None
+        finally:
+            pipe.reset()
         return [bool(results[5 * i + 1]) for i in range(len(records))]
+
+    def _check_fence(self, pipe: redis.client.Pipeline) -> None:
+        """WATCH the fence counter and check it still holds our token (then start MULTI)."""
+        key, token = self.fence
+        pipe.watch(key)
+        current = pipe.get(key)
+        if current is None or int(current) != token:
+            pipe.reset()
+            raise self._lost()
+        pipe.multi()
+
+    def _lost(self) -> LeaseLost:
+        return LeaseLost(
+            f"experiment {self.experiment!r}: this driver's lease (fencing token {self.fence[1]}) was taken "
+            "over by another driver, so this write was refused and nothing of it archived. Stop this "
+            "driver; the other one carries on from the archive."
+        )
 
     def marks(self, name: str) -> dict[str, int]:
         """code_hash -> value of one mark (see add_many)."""

@@ -13,6 +13,7 @@ import redis
 from store.server import ensure_local_server
 
 ENV_URL = "RATCHET_REDIS_URL"
+ENV_URL_FILE = "RATCHET_REDIS_URL_FILE"  # a file holding the URL: only its path enters a job's runtime env
 CONNECT_TIMEOUT_S = 3.0
 SOCKET_TIMEOUT_S = 30.0
 
@@ -32,8 +33,20 @@ def redact(url: str) -> str:
 
 
 def resolve_url(url: str | None = None) -> str:
-    """The URL to use: explicit, else $RATCHET_REDIS_URL, else the local server (started if needed)."""
-    return url or os.environ.get(ENV_URL) or ensure_local_server().url
+    """The URL to use: explicit, else $RATCHET_REDIS_URL, else the file named by
+    $RATCHET_REDIS_URL_FILE, else the local server (started if needed)."""
+    if url or os.environ.get(ENV_URL):
+        return url or os.environ[ENV_URL]
+    path = os.environ.get(ENV_URL_FILE)
+    if path:
+        try:
+            text = open(path).read().strip()
+        except OSError as e:
+            raise StoreUnavailable(f"{ENV_URL_FILE}={path}: cannot read the Redis URL file: {e}") from e
+        if not text:
+            raise StoreUnavailable(f"{ENV_URL_FILE}={path}: the file is empty; write the Redis URL into it")
+        return text
+    return ensure_local_server().url
 
 
 def connect(url: str | None = None) -> redis.Redis:

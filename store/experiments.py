@@ -1,4 +1,10 @@
-"""Experiment registry: which experiments exist, their resolved configs and status."""
+"""Experiment registry: which experiments exist, their resolved configs, identity and status.
+
+The record holds the config with its secrets redacted and the hash of the resolved config
+(its identity): a rerun with another config is refused unless the caller branches
+explicitly (`allow_change`), and every such change is recorded. "running" is only believed
+while the experiment's lease lives (its driver renews it): without one it reads "killed".
+"""
 
 from __future__ import annotations
 
@@ -8,33 +14,61 @@ from typing import Any, Literal
 
 import redis
 
+from common.config import redact_secrets
 from store import keys
+from store.lease import lease_key
 from store.records import dumps, loads
 
-Status = Literal["created", "running", "done", "failed"]
-STATUSES: tuple[str, ...] = ("created", "running", "done", "failed")
+Status = Literal["created", "running", "done", "failed", "killed"]
+STATUSES: tuple[str, ...] = ("created", "running", "done", "failed", "killed")
+
+
+class ConfigChanged(ValueError):
+    """A rerun's resolved config differs from the experiment's; the message lists the fields."""
 
 
 @dataclass
 class Experiment:
     name: str
     workload: str  # soar | scaling | tpo | ...
-    config: dict[str, Any] = field(default_factory=dict)  # the resolved config
+    config: dict[str, Any] = field(default_factory=dict)  # the resolved config, secrets redacted
     status: Status = "created"
     created: float = 0.0
     updated: float = 0.0
     error: str = ""  # why a failed run failed ("ExceptionType: message")
+    config_hash: str = ""  # identity of the resolved config (common.config.config_hash); "" = unknown
+    host: str = ""  # the last driver's host and pid
+    pid: int = 0
+    started: float = 0.0  # when the last driver started
+    config_changes: list[dict[str, Any]] = field(default_factory=list)  # reruns allowed to change the config
+
+
+def changed_fields(old: Any, new: Any, path: str = "") -> list[str]:
+    """Dotted paths of the fields that differ between two plain configs."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out: list[str] = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += changed_fields(old.get(k), new.get(k), f"{path}{k}.")
+        return out
+    return [] if old == new else [path.rstrip(".") or "(root)"]
 
 
 class ExperimentRegistry:
     def __init__(self, client: redis.Redis):
         self.client = client
 
-    def create(self, name: str, workload: str, config: dict[str, Any], exist_ok: bool = False) -> Experiment:
-        """Register a new experiment; with exist_ok, return the existing one (resume)."""
+    def create(self, name: str, workload: str, config: dict[str, Any], exist_ok: bool = False,
+               config_hash: str = "", allow_change: bool = False) -> Experiment:
+        """Register a new experiment; with exist_ok, return the existing one (resume).
+
+        With a `config_hash`, resuming an experiment created with another config raises
+        ConfigChanged unless `allow_change`, in which case the change is recorded and the
+        record takes the new config.
+        """
         keys.check_name(name)
         now = time.time()
-        exp = Experiment(name, workload, config, "created", now, now)
+        config = redact_secrets(config)
+        exp = Experiment(name, workload, config, "created", now, now, config_hash=config_hash)
         if self.client.hsetnx(keys.experiments(), name, dumps(asdict(exp))):
             return exp
         existing = self.get(name)
@@ -44,27 +78,59 @@ class ExperimentRegistry:
             raise ValueError(
                 f"experiment {name!r} is a {existing.workload!r} experiment, not {workload!r}"
             )
+        if config_hash and existing.config_hash != config_hash:
+            fields = changed_fields(existing.config, config)
+            if existing.config_hash and not allow_change:
+                raise ConfigChanged(
+                    f"experiment {name!r} was run with another config (changed: {', '.join(fields) or 'unknown'}; "
+                    f"hash {existing.config_hash} -> {config_hash}); its archive and models belong to the old "
+                    "one. Resume with the same config, run under a new experiment name, or pass "
+                    "--allow-config-change to continue this experiment with the new config (recorded)."
+                )
+            if existing.config_hash:
+                existing.config_changes.append({"at": now, "from": existing.config_hash, "to": config_hash,
+                                                "fields": fields})
+            existing.config, existing.config_hash, existing.updated = config, config_hash, now
+            self.client.hset(keys.experiments(), name, dumps(asdict(existing)))
         return existing
 
     def get(self, name: str) -> Experiment:
         raw = self.client.hget(keys.experiments(), keys.check_name(name))
         if raw is None:
             raise KeyError(f"no experiment named {name!r}; known: {sorted(self.names())}")
-        return Experiment(**loads(raw))
+        return self._live(Experiment(**loads(raw)))
+
+    def _live(self, exp: Experiment) -> Experiment:
+        """A "running" experiment whose driver no longer renews its lease was killed.
+
+        Only for runs whose driver declared itself (host, pid: the job runner, which holds the
+        lease); a caller that sets "running" without a lease gets it back as it wrote it."""
+        if exp.status == "running" and exp.pid and not self.client.exists(lease_key(exp.name)):
+            exp.status = "killed"
+            exp.error = exp.error or "the driver stopped renewing its lease (killed, or cut off from Redis)"
+        return exp
 
     def names(self) -> list[str]:
         return [n.decode() for n in self.client.hkeys(keys.experiments())]
 
     def list(self) -> list[Experiment]:
         return sorted(
-            (Experiment(**loads(v)) for v in self.client.hvals(keys.experiments())),
+            (self._live(Experiment(**loads(v))) for v in self.client.hvals(keys.experiments())),
             key=lambda e: e.created,
         )
 
-    def set_status(self, name: str, status: Status, error: str = "") -> Experiment:
+    def set_status(self, name: str, status: Status, error: str = "", **driver: Any) -> Experiment:
+        """Set the status (and, for a new run, its driver: host, pid, started)."""
         if status not in STATUSES:
             raise ValueError(f"status {status!r} is not one of {STATUSES}")
-        exp = self.get(name)
+        raw = self.client.hget(keys.experiments(), keys.check_name(name))
+        if raw is None:
+            raise KeyError(f"no experiment named {name!r}; known: {sorted(self.names())}")
+        exp = Experiment(**loads(raw))
         exp.status, exp.updated, exp.error = status, time.time(), error
+        for k, v in driver.items():
+            if k not in ("host", "pid", "started"):
+                raise ValueError(f"set_status: unknown driver field {k!r} (host, pid, started)")
+            setattr(exp, k, v)
         self.client.hset(keys.experiments(), name, dumps(asdict(exp)))
         return exp

@@ -1,13 +1,19 @@
 """Model-version registry: version -> checkpoint, lineage, metrics; an atomic "current" pointer.
 
 A version is registered only once its checkpoint is complete (training publishes after
-saving and validating), so a failed run leaves nothing half-written here.
+saving and validating), so a failed run leaves nothing half-written here. Each version
+records the sha256 of every file of its checkpoint: a sampler checks them before it loads
+the version (`verify_files`), so a checkpoint replaced or damaged after publishing (another
+experiment writing to the same path, a partial copy) fails loudly instead of being served.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -24,12 +30,50 @@ class ModelVersion:
     created: float = 0.0
     metrics: dict[str, Any] = field(default_factory=dict)  # training metrics
     note: str = ""
+    files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256, at publish ({}: unknown)
+
+
+class CheckpointChanged(ValueError):
+    """A checkpoint's files no longer match the hashes recorded when it was published."""
+
+
+def file_hashes(path: str | os.PathLike[str]) -> dict[str, str]:
+    """sha256 of every regular file under a checkpoint directory, by relative path."""
+    root = Path(path)
+    out: dict[str, str] = {}
+    for f in sorted(p for p in root.rglob("*") if p.is_file()):
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        out[f.relative_to(root).as_posix()] = h.hexdigest()
+    return out
+
+
+def verify_files(path: str | os.PathLike[str], files: dict[str, str], what: str = "checkpoint") -> None:
+    """Raise CheckpointChanged, naming the files, unless every recorded file has its recorded hash."""
+    if not files:
+        return
+    root = Path(path)
+    missing = sorted(f for f in files if not (root / f).is_file())
+    if missing:
+        raise CheckpointChanged(f"{what} {root}: files recorded at publish are missing: {missing[:5]}; "
+                                "the checkpoint was moved or damaged: publish it again, or restore it")
+    actual = file_hashes(root)
+    changed = sorted(f for f, h in files.items() if actual.get(f) != h)
+    if changed:
+        raise CheckpointChanged(
+            f"{what} {root}: {changed[:5]} differ from the hashes recorded at publish; something replaced "
+            "or changed the checkpoint after it was published (another run writing to the same path?). "
+            "Refusing to load it: publish it as a new version, or restore the original files."
+        )
 
 
 class ModelRegistry:
-    def __init__(self, client: redis.Redis, experiment: str):
+    def __init__(self, client: redis.Redis, experiment: str, fence: tuple[str, int] | None = None):
         self.client = client
         self.experiment = experiment
+        self.fence = fence  # (fence counter key, this driver's token): publishing aborts once it moved
         self._versions = keys.exp(experiment, "models")
         self._current = keys.exp(experiment, "models", "current")
         self._counter = keys.exp(experiment, "models", "next")
@@ -41,20 +85,42 @@ class ModelRegistry:
         metrics: dict[str, Any] | None = None,
         note: str = "",
         make_current: bool = True,
+        files: dict[str, str] | None = None,
     ) -> ModelVersion:
-        """Register a finished checkpoint as a new version (and make it current, atomically)."""
+        """Register a finished checkpoint as a new version (and make it current, atomically).
+
+        `files`: relative path -> sha256 of the checkpoint's files (see file_hashes), checked
+        by samplers before they load the version."""
         if not checkpoint:
             raise ValueError("checkpoint path is empty")
         if parent is not None and not self.client.hexists(self._versions, parent):
             raise KeyError(f"parent version {parent!r} is not registered in {self.experiment!r}")
-        number = int(self.client.incr(self._counter)) - 1
-        mv = ModelVersion(f"v{number}", str(checkpoint), parent, time.time(), metrics or {}, note)
         pipe = self.client.pipeline(transaction=True)  # MULTI/EXEC: entry and pointer together
-        pipe.hset(self._versions, mv.version, dumps(asdict(mv)))
-        if make_current:
-            pipe.set(self._current, mv.version)
-        pipe.execute()
+        try:
+            if self.fence is not None:  # a driver whose lease was taken over publishes nothing
+                key, token = self.fence
+                pipe.watch(key)
+                if int(pipe.get(key) or -1) != token:
+                    raise self._lost()
+            number = int(self.client.incr(self._counter)) - 1
+            mv = ModelVersion(f"v{number}", str(checkpoint), parent, time.time(), metrics or {}, note,
+                              dict(files or {}))
+            pipe.multi()
+            pipe.hset(self._versions, mv.version, dumps(asdict(mv)))
+            if make_current:
+                pipe.set(self._current, mv.version)
+            pipe.execute()
+        except redis.WatchError:
+            raise self._lost() from None
+        finally:
+            pipe.reset()
         return mv
+
+    def _lost(self) -> Exception:
+        from store.lease import LeaseLost
+
+        return LeaseLost(f"experiment {self.experiment!r}: this driver's lease was taken over by another "
+                         "driver, so it published nothing. Stop this driver; the other one carries on.")
 
     def get(self, version: str) -> ModelVersion:
         raw = self.client.hget(self._versions, version)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import pytest
+import yaml
 
 from common.config import ConfigError, build_config, load_config
 from training.seed import SeedConfig
@@ -61,3 +62,34 @@ def test_missing_and_malformed_files(tmp_path):
         load_config(bad, Outer)
     with pytest.raises(ConfigError, match="field.sub=value"):
         load_config(None, Outer, overrides=["novalue"])
+
+
+def test_secrets_are_redacted_wherever_a_config_is_written(tmp_path):
+    from common.config import dump_yaml
+
+    @dataclass
+    class Sampler:
+        engine_kwargs: dict = field(default_factory=dict)
+        max_tokens: int = 64  # a count, not a secret
+
+    @dataclass
+    class Job:
+        sampler: Sampler = field(default_factory=Sampler)
+        base_url: str = ""
+        hf_token: str = ""
+        pad_token: str = "<pad>"  # a tokenizer's special token, not a secret
+
+    cfg = Job(Sampler({"api_key": "sk-123456", "base_url": "http://u:pw9876@h:8000/v1"}),
+              "rediss://:s3cret-pw@redis:6380/0", "hf_abcdef")
+    dump_yaml(cfg, tmp_path / "config.yaml")
+    text = (tmp_path / "config.yaml").read_text()
+    for secret in ("sk-123456", "pw9876", "s3cret-pw", "hf_abcdef"):
+        assert secret not in text
+    data = yaml.safe_load(text)
+    assert data == {"sampler": {"engine_kwargs": {"api_key": "***", "base_url": "http://u:***@h:8000/v1"},
+                                "max_tokens": 64},
+                    "base_url": "rediss://:***@redis:6380/0", "hf_token": "***", "pad_token": "<pad>"}
+    assert cfg.sampler.engine_kwargs["api_key"] == "sk-123456"  # the running job keeps the value
+    from common.config import redact_secrets
+
+    assert redact_secrets({"api_key": None, "password": ""}) == {"api_key": None, "password": ""}

@@ -4,6 +4,7 @@ ordering, streaming, stats, registry loads, and an actor killed mid-request."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 import ray
@@ -69,6 +70,22 @@ def test_worker_counts_requests_and_tokens(models):
     assert stats["requests"] == 1 and stats["version"] == "v0" and stats["running"] == 0
     assert stats["tokens_generated"] == sum(c.completion_tokens for r in rows for c in r) == 18
     assert worker.load(models["untrained"], "v1") == "v1"
+
+
+def test_worker_refuses_a_version_whose_files_changed_after_publish(models, store, experiment_name, tmp_path):
+    import shutil
+
+    from store.models import CheckpointChanged
+    from training.checkpoints import publish
+
+    ckpt = tmp_path / "v1"
+    shutil.copytree(models["untrained"], ckpt)
+    mv = publish(store, experiment_name, ckpt, parent=None, metrics={})
+    shutil.copy(Path(models["trained"]) / "model.safetensors", ckpt / "model.safetensors")  # replaced later
+    worker = SamplerWorker("transformers", {"num_threads": 1}, models["trained"], "v0")
+    with pytest.raises(CheckpointChanged, match="model.safetensors"):
+        worker.load(mv.checkpoint, mv.version, mv.files)
+    assert worker.stats()["version"] == "v0"  # still serving the model it had
 
 
 # --- on Ray ---------------------------------------------------------------------------

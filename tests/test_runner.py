@@ -3,12 +3,27 @@ right however the job ends (done, or failed with the error)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import io
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
+import ray
 import yaml
 
 from ray_jobs import runner
+
+log = logging.getLogger("toy")
+SECRET = "sk-live-0123456789abcdef"
+REDIS_PASSWORD = "hunter2-redis-pass"
 
 
 @dataclass
@@ -17,12 +32,17 @@ class ToyConfig:
     runs_dir: str = "runs"
     fail: bool = False  # raise inside the job
     iterations: int = 1
+    engine_kwargs: dict = field(default_factory=dict)  # e.g. an api_key
+    queue_url: str = ""  # a URL that may carry a password
 
 
 async def toy_run(cfg: ToyConfig, ctx: runner.JobContext) -> dict:
+    log.info("engine kwargs %s, queue %s", cfg.engine_kwargs, cfg.queue_url)
     if cfg.fail:
-        raise RuntimeError("the toy job broke")
-    return {"iterations": cfg.iterations, "run_dir": str(ctx.run_dir)}
+        key = cfg.engine_kwargs.get("api_key")
+        raise RuntimeError("the toy job broke" + (f" (key {key})" if key else ""))
+    return {"iterations": cfg.iterations, "run_dir": str(ctx.run_dir), "api_key": cfg.engine_kwargs.get("api_key"),
+            "queue_url": cfg.queue_url}
 
 
 TOY = runner.JobSpec(workload="toy", config_cls=ToyConfig, run=toy_run, doc="A toy job.\n\nMore.",
@@ -32,7 +52,7 @@ TOY = runner.JobSpec(workload="toy", config_cls=ToyConfig, run=toy_run, doc="A t
 def test_a_job_that_finishes_is_done_with_its_config_on_disk(ray_local, store, tmp_path, experiment_name, capsys):
     cfg = runner.parse(TOY, [f"experiment={experiment_name}", f"runs_dir={tmp_path}", "--iterations", "3"])
     summary = runner.execute(TOY, cfg, store)
-    assert summary == {"iterations": 3, "run_dir": str(tmp_path / experiment_name)}
+    assert (summary["iterations"], summary["run_dir"]) == (3, str(tmp_path / experiment_name))
     assert yaml.safe_load((tmp_path / experiment_name / "config.yaml").read_text())["iterations"] == 3
     record = store.experiments.get(experiment_name)
     assert (record.workload, record.status, record.error) == ("toy", "done", "")
@@ -52,3 +72,155 @@ def test_every_job_runs_through_the_runner():
 
     assert soar.JOB.workload == "soar" and soar.JOB.iterations_flag
     assert sft_demo.JOB.workload == "sft-demo"
+
+
+def _until(check, what: str, timeout_s: float = 120.0) -> None:
+    """Poll a condition another process makes true (not a sleep standing in for it)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        time.sleep(0.1)
+
+
+def test_secrets_never_reach_config_yaml_the_record_or_logs_but_the_job_has_them(
+        ray_local, store, tmp_path, experiment_name):
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    url = f"redis://:{REDIS_PASSWORD}@queue.internal:6380/0"
+    try:
+        cfg = runner.parse(TOY, [f"experiment={experiment_name}", f"runs_dir={tmp_path}",
+                                 f"engine_kwargs={{api_key: {SECRET}, max_tokens: 64}}", f"queue_url={url}"])
+        summary = runner.execute(TOY, cfg, store)
+        assert (summary["api_key"], summary["queue_url"]) == (SECRET, url)  # the job gets the real values
+        failing = runner.parse(TOY, [f"experiment={experiment_name}-f", f"runs_dir={tmp_path}", "fail=true",
+                                     f"engine_kwargs={{api_key: {SECRET}}}"])
+        with pytest.raises(RuntimeError):
+            runner.execute(TOY, failing, store)
+    finally:
+        root.removeHandler(handler)
+    written = (tmp_path / experiment_name / "config.yaml").read_text()
+    record = store.experiments.get(experiment_name)
+    failed = store.experiments.get(f"{experiment_name}-f")
+    for text in (written, repr(record), repr(failed), stream.getvalue()):
+        assert SECRET not in text and REDIS_PASSWORD not in text
+    assert yaml.safe_load(written)["engine_kwargs"] == {"api_key": "***", "max_tokens": 64}
+    assert record.config["queue_url"] == "redis://:***@queue.internal:6380/0"
+    assert "engine kwargs" in stream.getvalue() and "***" in stream.getvalue()
+    assert failed.status == "failed" and "key ***" in failed.error
+
+
+def test_a_rerun_with_another_config_refuses_unless_allowed_and_the_change_is_recorded(
+        ray_local, store, tmp_path, experiment_name):
+    base = [f"experiment={experiment_name}", f"runs_dir={tmp_path}"]
+    runner.execute(TOY, runner.parse(TOY, base), store)
+    runner.execute(TOY, runner.parse(TOY, base), store)  # the same config resumes
+    changed = runner.parse(TOY, [*base, "iterations=2"])
+    with pytest.raises(ValueError, match=r"changed: iterations.*--allow-config-change"):  # ConfigChanged
+        runner.execute(TOY, changed, store)
+    assert yaml.safe_load((tmp_path / experiment_name / "config.yaml").read_text())["iterations"] == 1
+    first = store.experiments.get(experiment_name)
+    assert first.config["iterations"] == 1 and first.config_hash and first.status == "done"
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        summary = runner.main(TOY, [*base, "--iterations", "2", "--allow-config-change"])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert summary["iterations"] == 2
+    record = store.experiments.get(experiment_name)
+    assert record.config["iterations"] == 2 and record.config_hash != first.config_hash
+    assert [c["fields"] for c in record.config_changes] == [["iterations"]]
+    assert record.config_changes[0]["from"] == first.config_hash
+
+
+DRIVER = textwrap.dedent("""
+    import sys, time
+    from dataclasses import dataclass
+    from ray_jobs import runner
+
+    @dataclass
+    class Cfg:
+        experiment: str = "x"
+        runs_dir: str = "runs"
+
+    def run(cfg, ctx):
+        while True:  # a long job, until it is killed
+            time.sleep(1)
+
+    runner.main(runner.JobSpec(workload="toy", config_cls=Cfg, run=run, doc="A driver that runs until killed."),
+                sys.argv[1:])
+""")
+
+
+def _driver(tmp_path: Path, experiment: str) -> subprocess.Popen:
+    script = tmp_path / "driver.py"
+    script.write_text(DRIVER)
+    env = os.environ | {"PYTHONPATH": str(Path(runner.__file__).parents[1]), "RATCHET_LEASE_TTL_S": "2",
+                        "RAY_ADDRESS": ray.get_runtime_context().gcs_address}
+    return subprocess.Popen([sys.executable, str(script), f"experiment={experiment}", f"runs_dir={tmp_path}"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def test_a_second_driver_refuses_and_a_killed_driver_reads_killed(ray_local, store, tmp_path, experiment_name):
+    cfg = runner.parse(TOY, [f"experiment={experiment_name}", f"runs_dir={tmp_path}", "iterations=7"])
+    first = _driver(tmp_path, experiment_name)
+    try:
+        _until(lambda: store.experiments.names() and experiment_name in store.experiments.names()
+               and store.experiments.get(experiment_name).status == "running", "the first driver runs")
+        with pytest.raises(RuntimeError, match="already being run") as err:  # LeaseHeld
+            runner.execute(TOY, cfg, store)
+        assert f"pid {first.pid}" in str(err.value) and socket.gethostname() in str(err.value)
+        assert "started" in str(err.value)
+        assert "iterations" not in (tmp_path / experiment_name / "config.yaml").read_text()  # not overwritten
+        first.kill()  # SIGKILL: no handler runs, nothing updates the record
+        first.wait()
+        _until(lambda: store.experiments.get(experiment_name).status == "killed", "the stale lease reads killed",
+               timeout_s=60)
+    finally:
+        first.kill()
+    with pytest.raises(ValueError, match="another config"):  # a restart is a rerun: the same config, or an explicit branch
+        runner.execute(TOY, cfg, store)
+    runner.execute(TOY, cfg, store, allow_config_change=True)
+    assert store.experiments.get(experiment_name).status == "done"
+
+    stopped = _driver(tmp_path, f"{experiment_name}-t")
+    try:
+        _until(lambda: f"{experiment_name}-t" in store.experiments.names()
+               and store.experiments.get(f"{experiment_name}-t").status == "running", "the second driver runs")
+        stopped.send_signal(signal.SIGTERM)  # as `ray job stop` does
+        stopped.wait(timeout=60)
+    finally:
+        stopped.kill()
+    record = store.experiments.get(f"{experiment_name}-t")
+    assert (record.status, record.error) == ("killed", "SystemExit: stopped by signal SIGTERM")
+    assert store.leases(f"{experiment_name}-t").holder() is None  # released at once, not after the TTL
+
+
+def test_a_job_longer_than_the_lease_ttl_keeps_its_lease(ray_local, store, tmp_path, experiment_name, monkeypatch):
+    from store import lease as lease_mod
+
+    monkeypatch.setattr(lease_mod, "LEASE_TTL_S", 0.6)  # renewed every 0.2 s by the runner's heartbeat
+    key = lease_mod.lease_key(experiment_name)
+
+    def long_run(cfg, ctx):
+        renewals, last = 0, store.client.pttl(key)
+        deadline = time.monotonic() + 60
+        while renewals < 5:  # outlive the TTL several times over, watching the heartbeat renew it
+            if time.monotonic() > deadline:
+                raise AssertionError("the lease was not renewed")
+            ttl = store.client.pttl(key)
+            assert ttl > 0, "the lease expired while its job was running"
+            renewals += ttl > last
+            last = ttl
+            time.sleep(0.02)
+        return {"holder": store.leases(cfg.experiment).holder(), "status": store.experiments.get(cfg.experiment).status}
+
+    spec = runner.JobSpec(workload="toy", config_cls=ToyConfig, run=long_run, doc="Long.")
+    summary = runner.execute(spec, runner.parse(spec, [f"experiment={experiment_name}", f"runs_dir={tmp_path}"]),
+                             store)
+    assert summary["status"] == "running" and summary["holder"]["pid"] == os.getpid()
+    assert store.leases(experiment_name).holder() is None  # released at the end
+    assert store.experiments.get(experiment_name).status == "done"

@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import socket
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import redis
 
 from store import Store, StoreUnavailable, code_hash, connect
+from store.connection import ENV_URL
 from store.server import ensure_local_server, stop_local_server
 
 
@@ -30,8 +34,13 @@ def test_experiment_registry_create_get_list_status(store: Store, experiment_nam
     assert reg.create(experiment_name, "soar", {}, exist_ok=True).created == exp.created
     with pytest.raises(ValueError, match="is a 'soar' experiment"):
         reg.create(experiment_name, "tpo", {}, exist_ok=True)
-    reg.set_status(experiment_name, "running")
+    reg.set_status(experiment_name, "running")  # no driver declared: taken as written
     assert reg.get(experiment_name).status == "running"
+    lease = store.leases(experiment_name).acquire()  # a driver's "running" is believed while it holds the lease
+    reg.set_status(experiment_name, "running", host="h", pid=1234, started=1.0)
+    assert reg.get(experiment_name).status == "running"
+    lease.release()
+    assert reg.get(experiment_name).status == "killed"
     with pytest.raises(ValueError, match="status"):
         reg.set_status(experiment_name, "exploded")
     assert [e.name for e in reg.list()] == [experiment_name]
@@ -164,3 +173,31 @@ def test_acknowledged_writes_survive_sigkill_of_the_server(tmp_path):
         assert s2.archive("durable").count("t") == 500
     finally:
         stop_local_server(data_dir)
+
+
+def test_store_url_prints_the_password_only_when_asked(tmp_path):
+    env = os.environ | {"RATCHET_HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).parents[1])}
+    env.pop(ENV_URL, None)
+    try:
+        shown = subprocess.run([sys.executable, "-m", "store", "url"], env=env, capture_output=True, text=True,
+                               check=True).stdout.strip()
+        full = subprocess.run([sys.executable, "-m", "store", "url", "--show-password"], env=env,
+                              capture_output=True, text=True, check=True).stdout.strip()
+        password = ensure_local_server(tmp_path / "redis").password
+        assert password in full and password not in shown
+        assert shown == full.replace(password, "***")
+    finally:
+        stop_local_server(tmp_path / "redis")
+
+
+def test_the_url_can_come_from_a_file_so_no_password_enters_a_job_record(redis_server, tmp_path, monkeypatch):
+    from store.connection import ENV_URL_FILE
+
+    url_file = tmp_path / "redis-url"
+    url_file.write_text(redis_server.url + "\n")
+    monkeypatch.delenv(ENV_URL, raising=False)
+    monkeypatch.setenv(ENV_URL_FILE, str(url_file))
+    assert connect().ping()
+    url_file.write_text("")
+    with pytest.raises(StoreUnavailable, match="RATCHET_REDIS_URL_FILE.*empty"):
+        connect()

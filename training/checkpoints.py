@@ -1,17 +1,32 @@
 """Checkpoint checks and publishing: a bad path fails loudly, naming the path and the reason,
-and nothing reaches the model registry before its checkpoint is whole."""
+and nothing reaches the model registry before its checkpoint is whole.
+
+A finished checkpoint gets a manifest (`ratchet_manifest.json`: sha256 per file), is
+fsynced, then renamed into place; a directory that already exists is never replaced (a
+published checkpoint stays what its registry entry says). Publishing records the hashes in
+the registry, and samplers check them before loading (store.models.verify_files).
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import re
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from safetensors import safe_open
 
 from store import ModelVersion, Store
+from store.models import file_hashes, verify_files
+
+log = logging.getLogger(__name__)
+MANIFEST = "ratchet_manifest.json"
+# the trainer's scratch dirs beside a checkpoint (training/common.py): `.<name>.work-<hex>`, `.<name>.tmp-<hex>`
+SCRATCH = re.compile(r"^\..+\.(work|tmp)-[0-9a-f]{8}$")
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -19,6 +34,10 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 class CheckpointError(ValueError):
     """A checkpoint directory is missing or unusable; the message names the path and why."""
+
+
+class CheckpointExists(CheckpointError):
+    """The final directory already exists: a published checkpoint is never replaced."""
 
 
 def validate_checkpoint(path: str | os.PathLike[str], need_tokenizer: bool = True) -> Path:
@@ -58,13 +77,86 @@ def _check_safetensors(path: Path) -> None:
         raise CheckpointError(f"checkpoint weights {path} are corrupt: {e}") from e
 
 
+def write_manifest(path: Path) -> dict[str, str]:
+    """Hash every file of the checkpoint into its manifest; returns the hashes."""
+    files = file_hashes(path)
+    files.pop(MANIFEST, None)
+    (path / MANIFEST).write_text(json.dumps({"algorithm": "sha256", "files": files}, indent=1, sort_keys=True))
+    return files
+
+
+def read_manifest(path: Path) -> dict[str, str] | None:
+    manifest = path / MANIFEST
+    if not manifest.exists():
+        return None
+    try:
+        return dict(json.loads(manifest.read_text())["files"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise CheckpointError(f"checkpoint {path} has a corrupt {MANIFEST}: {e}") from e
+
+
+def fsync_tree(path: Path) -> None:
+    """Flush every file and directory under `path` (and `path`) to disk."""
+    for p in sorted(path.rglob("*"), key=lambda q: len(q.parts), reverse=True):
+        _fsync(p)
+    _fsync(path)
+
+
+def _fsync(p: Path) -> None:
+    fd = os.open(p, os.O_RDONLY | (os.O_DIRECTORY if p.is_dir() else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def finalize_checkpoint(tmp_dir: Path, final_dir: Path) -> Path:
-    """Move a fully written checkpoint into place in one rename (no half-written final dir)."""
+    """Move a fully written checkpoint into place in one rename (no half-written final dir):
+    validated, hashed into its manifest and fsynced first; never over an existing directory."""
+    tmp_dir, final_dir = Path(tmp_dir), Path(final_dir)
     validate_checkpoint(tmp_dir)
     if final_dir.exists():
-        shutil.rmtree(final_dir)
-    os.replace(tmp_dir, final_dir)
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+        raise CheckpointExists(
+            f"checkpoint {final_dir} already exists; a checkpoint is never replaced once written (its "
+            "registry entry would then point at other weights). Write to a new directory: put the "
+            "experiment name in the path, or a new version name."
+        )
+    write_manifest(tmp_dir)
+    fsync_tree(tmp_dir)
+    os.rename(tmp_dir, final_dir)  # the lease keeps a second writer of this experiment away
+    _fsync(final_dir.parent)  # the rename itself survives a power cut
     return final_dir
+
+
+def clean_scratch(directory: Path) -> list[Path]:
+    """Remove the scratch dirs a killed training left in `directory`; returns what it removed.
+
+    Only for a directory that one driver owns (an experiment's storage, under its lease)."""
+    removed = []
+    if Path(directory).is_dir():
+        for p in Path(directory).iterdir():
+            if p.is_dir() and SCRATCH.match(p.name):
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+    if removed:
+        log.info("removed %d scratch dir(s) of killed trainings in %s", len(removed), directory)
+    return removed
+
+
+def discard_unpublished(final_dir: Path, published: Iterable[ModelVersion]) -> bool:
+    """Remove `final_dir` when no registered version points at it: a run killed between
+    writing a checkpoint and publishing it left it behind. Refuses to touch a published one."""
+    final_dir = Path(final_dir)
+    if not final_dir.exists():
+        return False
+    target = final_dir.resolve()
+    owner = next((m for m in published if Path(m.checkpoint).resolve() == target), None)
+    if owner is not None:
+        raise CheckpointExists(f"checkpoint {final_dir} is published as {owner.version}; it is never replaced")
+    log.warning("removing %s: written by a run killed before it published it", final_dir)
+    shutil.rmtree(final_dir)
+    return True
 
 
 def publish(
@@ -75,6 +167,14 @@ def publish(
     metrics: dict[str, Any],
     note: str = "",
 ) -> ModelVersion:
-    """Validate the checkpoint, then register it as the experiment's new current version."""
+    """Validate the checkpoint, then register it, with its file hashes, as the experiment's new
+    current version. A checkpoint with a manifest must still match it; one without (a base
+    model given by the user) is hashed now."""
     path = validate_checkpoint(checkpoint)
-    return store.models(experiment).publish(str(path.resolve()), parent=parent, metrics=metrics, note=note)
+    files = read_manifest(path)
+    if files is None:
+        files = file_hashes(path)
+    else:
+        verify_files(path, files)
+    return store.models(experiment).publish(str(path.resolve()), parent=parent, metrics=metrics, note=note,
+                                            files=files)

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from common.config import redact_secrets
 from store.codehash import content_hash
 from store.server import ratchet_home
 from training.corpora import load_corpus, named_function
@@ -120,6 +121,8 @@ def build_seed_model(cfg: SeedConfig, progress: bool = True) -> SeedResult:
     final = cache / f"seed-{cfg.preset}-{key}"
     if (final / SEED_INFO).exists():
         return SeedResult(str(final), True, json.loads((final / SEED_INFO).read_text()))
+    if final.exists():  # a build killed after its rename, before its info: unfinished, build it again
+        shutil.rmtree(final)
 
     started = time.time()
     cache.mkdir(parents=True, exist_ok=True)
@@ -135,7 +138,7 @@ def build_seed_model(cfg: SeedConfig, progress: bool = True) -> SeedResult:
         )
         result = train_sft(sft, rows)
     info = {
-        "config": asdict(cfg), "key": key, "parameters": params, "corpus_rows": len(rows),
+        "config": redact_secrets(asdict(cfg)), "key": key,  # a checkpoint carries its config, never a secret "parameters": params, "corpus_rows": len(rows),
         "build_s": round(time.time() - started, 2), "train": result.metrics,
     }
     (final / SEED_INFO).write_text(json.dumps(info, indent=2))

@@ -1,0 +1,113 @@
+"""One driver per experiment: a lease in Redis with a TTL its holder renews, and a fencing token.
+
+    lease = store.leases(name).acquire()   # LeaseHeld names the holder's host, pid and start
+    lease.renew()                          # every ttl/3 (the job runner does it in a thread)
+    store.archive(name)                    # with store.fence(lease): writes check the token
+
+Acquiring sets the lease key (only if absent) and increments the experiment's fence counter
+in one step, so each holder gets a larger token. Archive transactions WATCH the counter and
+abort when it moved: a driver that was paused past its TTL (or cut off from Redis) while a
+second driver took over can no longer write. A driver killed with SIGKILL stops renewing,
+so its lease expires after the TTL and a restart may take it; the lease is also the
+experiment's heartbeat: "running" without a live lease reads as "killed".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from store import keys
+
+LEASE_TTL_S = float(os.environ.get("RATCHET_LEASE_TTL_S", "30"))  # a killed driver's lease frees after this
+
+_ACQUIRE = """
+if redis.call('exists', KEYS[1]) == 1 then return {0, redis.call('get', KEYS[1])} end
+local token = redis.call('incr', KEYS[2])
+local value = string.sub(ARGV[1], 1, -2) .. ',"token":' .. token .. '}'
+redis.call('set', KEYS[1], value, 'PX', ARGV[2])
+return {token, value}
+"""
+_RENEW = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) end
+return 0
+"""
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end
+return 0
+"""
+
+
+class LeaseHeld(RuntimeError):
+    """Another driver holds the experiment's lease; the message names it."""
+
+
+class LeaseLost(RuntimeError):
+    """This driver's lease was taken over: it must stop writing (another driver runs now)."""
+
+
+def lease_key(experiment: str) -> str:
+    return keys.exp(experiment, "lease")
+
+
+def fence_key(experiment: str) -> str:
+    return keys.exp(experiment, "fence")
+
+
+def describe(holder: dict[str, Any]) -> str:
+    started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(holder.get("started", 0)))
+    return f"host {holder.get('host', '?')} (pid {holder.get('pid', '?')}), started {started}"
+
+
+@dataclass
+class Lease:
+    client: redis.Redis
+    experiment: str
+    token: int  # the fencing token: larger for every new holder
+    value: str  # the key's exact value (holder info + token): renew/release only our own
+    ttl_s: float
+
+    @property
+    def holder(self) -> dict[str, Any]:
+        return json.loads(self.value)
+
+    def renew(self) -> bool:
+        """Extend the TTL; False when the lease is no longer ours (expired, or taken over)."""
+        return bool(self.client.eval(_RENEW, 1, lease_key(self.experiment), self.value, int(self.ttl_s * 1000)))
+
+    def release(self) -> None:
+        self.client.eval(_RELEASE, 1, lease_key(self.experiment), self.value)
+
+
+class Leases:
+    def __init__(self, client: redis.Redis, experiment: str):
+        self.client = client
+        self.experiment = keys.check_name(experiment)
+
+    def acquire(self, ttl_s: float | None = None) -> Lease:
+        """Take the experiment's lease, or raise LeaseHeld naming the driver that has it."""
+        ttl_s = LEASE_TTL_S if ttl_s is None else ttl_s
+        if ttl_s <= 0:
+            raise ValueError(f"lease ttl_s must be positive, got {ttl_s}")
+        me = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()})
+        token, value = self.client.eval(_ACQUIRE, 2, lease_key(self.experiment), fence_key(self.experiment),
+                                        me, int(ttl_s * 1000))
+        value = value.decode() if isinstance(value, bytes) else value
+        if not token:
+            raise LeaseHeld(
+                f"experiment {self.experiment!r} is already being run by {describe(json.loads(value))}. "
+                f"Wait for that driver to end (or stop it); if it was killed, its lease expires within "
+                f"{ttl_s:.0f} s of its last renewal. To run alongside it, pick another experiment name."
+            )
+        return Lease(self.client, self.experiment, int(token), value, ttl_s)
+
+    def holder(self) -> dict[str, Any] | None:
+        """The live lease's holder (host, pid, started, token), or None when nobody holds it."""
+        raw = self.client.get(lease_key(self.experiment))
+        return None if raw is None else json.loads(raw)

@@ -1,0 +1,65 @@
+"""One driver per experiment: the lease refuses a second driver, expires after a kill, and its
+fencing token stops a superseded driver's archive writes."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+
+from store import LeaseHeld, LeaseLost, Store
+from store.lease import lease_key
+
+
+def _rec(i: int) -> dict:
+    return {"task_id": "t1", "code": f"def transform(g):\n    return {i}\n", "kind": "sample"}
+
+
+def test_a_second_driver_of_the_same_experiment_refuses_naming_the_first(store: Store, experiment_name: str):
+    first = store.leases(experiment_name).acquire(ttl_s=60)
+    with pytest.raises(LeaseHeld) as err:
+        store.leases(experiment_name).acquire(ttl_s=60)
+    message = str(err.value)
+    assert socket.gethostname() in message and "pid" in message and "started" in message
+    assert time.strftime("%Y-%m-%d", time.gmtime(first.holder["started"])) in message
+    other = store.leases(f"{experiment_name}-b").acquire(ttl_s=60)  # other experiments are free
+    assert other.token == 1
+    first.release()
+    assert store.leases(experiment_name).acquire(ttl_s=60).token == first.token + 1
+
+
+def test_a_killed_drivers_lease_expires_and_a_restart_takes_over(store: Store, experiment_name: str):
+    dead = store.leases(experiment_name).acquire(ttl_s=0.3)  # its driver "dies": nobody renews it
+    deadline = time.monotonic() + 30
+    while store.leases(experiment_name).holder() is not None:  # Redis expires the key
+        if time.monotonic() > deadline:
+            raise AssertionError("the lease never expired")
+        time.sleep(0.05)
+    restarted = store.leases(experiment_name).acquire(ttl_s=60)
+    assert restarted.token > dead.token
+    assert not dead.renew()  # the old holder cannot revive it
+    assert restarted.renew()
+
+
+def test_archive_writes_of_a_superseded_driver_are_refused(store: Store, experiment_name: str):
+    old = Store(store.client)
+    old_lease = old.leases(experiment_name).acquire(ttl_s=60)
+    old.fence(old_lease)
+    assert old.archive(experiment_name).add_many([_rec(0)], counters={"n": 1}) == [True]
+    # the old driver is paused past its TTL: its lease expires and a new driver takes over
+    store.client.delete(lease_key(experiment_name))
+    new = Store(store.client)
+    new.fence(new.leases(experiment_name).acquire(ttl_s=60))
+    with pytest.raises(LeaseLost, match="taken over by another driver"):
+        old.archive(experiment_name).add_many([_rec(1)], counters={"n": 1})
+    with pytest.raises(LeaseLost):  # its evaluation namespaces too
+        old.archive(f"{experiment_name}.eval.v1.0").add_many([_rec(1)])
+    with pytest.raises(LeaseLost, match="published nothing"):  # no second "iteration 1" version
+        old.models(experiment_name).publish("/ckpt/it1", note="iteration 1")
+    assert store.models(experiment_name).list() == []
+    assert new.models(experiment_name).publish("/ckpt/it1", note="iteration 1").version == "v0"
+    archive = store.archive(experiment_name)
+    assert (archive.count("t1"), archive.samples("t1"), archive.counters(["n"])) == (1, 1, [1])  # nothing leaked
+    assert new.archive(experiment_name).add_many([_rec(1)], counters={"n": 1}) == [True]
+    assert (archive.count("t1"), archive.counters(["n"])) == (2, [2])
