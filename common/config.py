@@ -17,7 +17,6 @@ import typing
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import pydantic
 import yaml

@@ -32,7 +32,14 @@ from typing import Any, Generic, TypeVar
 
 import ray
 
-from common.config import RedactingFilter, config_hash, dump_yaml, load_config, secret_values, to_dict
+from common.config import (
+    RedactingFilter,
+    config_hash,
+    dump_yaml,
+    load_config,
+    secret_values,
+    to_dict,
+)
 from store import Lease, Store
 
 log = logging.getLogger(__name__)

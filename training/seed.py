@@ -138,7 +138,8 @@ def build_seed_model(cfg: SeedConfig, progress: bool = True) -> SeedResult:
         )
         result = train_sft(sft, rows)
     info = {
-        "config": redact_secrets(asdict(cfg)), "key": key,  # a checkpoint carries its config, never a secret "parameters": params, "corpus_rows": len(rows),
+        "config": redact_secrets(asdict(cfg)),  # a checkpoint carries its config, never a secret
+        "key": key, "parameters": params, "corpus_rows": len(rows),
         "build_s": round(time.time() - started, 2), "train": result.metrics,
     }
     (final / SEED_INFO).write_text(json.dumps(info, indent=2))
