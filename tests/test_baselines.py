@@ -54,7 +54,8 @@ def test_prior_through_the_search_solves_easy_tasks(store, experiment_name, task
     assert solved >= 1  # one-step rotations and flips are within the prior's reach
     for out in outcomes.values():  # stop_after_correct=1: a task stops after the batch that solved its train pairs
         first = min((c.extra["seq"] for c in out.candidates if all(c.train_correct)), default=None)
-        assert out.sampled == (64 if first is None else first + 16)
+        # (seq is the program's own position: its batch ends at the next multiple of 16)
+        assert out.sampled == (64 if first is None else (first // 16 + 1) * 16)
 
 
 def test_measure_searches_every_seed_and_split_and_reuses_a_done_search(store, experiment_name, tasks):
