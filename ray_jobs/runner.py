@@ -152,7 +152,8 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
             if _still_ours(store, lease):  # else the record is the new driver's to write
                 store.experiments.set_status(cfg.experiment, status, error=filt.redact(f"{type(e).__name__}: {e}"))
             raise
-        store.experiments.set_status(cfg.experiment, "done")
+        if _still_ours(store, lease):  # a driver that lost its lease leaves the record to the new one
+            store.experiments.set_status(cfg.experiment, "done")
     if spec.headline is not None:
         print(f"{spec.headline(summary)} -> {run_dir}/report.md", flush=True)
     return summary
@@ -189,5 +190,12 @@ def _sigterm(signum: int, frame: Any) -> None:
 def main(spec: JobSpec[C], argv: list[str] | None = None) -> dict[str, Any]:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt="%H:%M:%S")
     args = _parser(spec).parse_args(argv)
-    # `ray job stop` sends SIGTERM: the record then says "killed", not "running"
-    return execute(spec, _config(spec, args), allow_config_change=args.allow_config_change, stop_on_sigterm=True)
+    try:
+        # `ray job stop` sends SIGTERM: the record then says "killed", not "running"
+        return execute(spec, _config(spec, args), allow_config_change=args.allow_config_change,
+                       stop_on_sigterm=True)
+    except Exception:
+        # through the redacting log handlers: Python's own printer would write the error (and
+        # a secret in its message) to stderr, the `ray job logs` of the job, unfiltered
+        log.exception("%s job failed", spec.workload)
+        raise SystemExit(1) from None

@@ -24,6 +24,7 @@ from thinking import report
 from thinking.config import TpoConfig
 from thinking.loop import TpoLoop
 from thinking.state import TpoState
+from training.checkpoints import clean_scratch, discard_unpublished
 from training.dpo import DPOJobConfig, train_dpo_remote
 from verifiers.judges import make_judge as build
 
@@ -53,11 +54,11 @@ def make_judge(cfg: TpoConfig):
     return build("programmatic", **j.kwargs), None
 
 
-def dpo_trainer(cfg: TpoConfig, storage: Path):
+def dpo_trainer(cfg: TpoConfig, storage: Path, models):
     async def train(rows: list[dict[str, Any]], start, arm: str, iteration: int) -> tuple[str, dict[str, Any]]:
-
         t = cfg.train
         out = storage / "checkpoints" / f"{arm}-it{iteration + 1}"
+        discard_unpublished(out, models.list())  # a run killed before publishing it; never a published one
         job = DPOJobConfig(model_path=start.checkpoint, output_dir=str(out.resolve()),
                            max_steps=t.max_steps, learning_rate=t.learning_rate, beta=t.beta, lora=t.lora,
                            per_device_train_batch_size=t.batch_size, max_length=t.max_length,
@@ -68,18 +69,19 @@ def dpo_trainer(cfg: TpoConfig, storage: Path):
 
 
 async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
-
     models = ctx.store.models(cfg.experiment)
     seed = resolve(cfg.model.checkpoint)
     pool = SamplerPool(PoolConfig(engine=cfg.model.engine, engine_kwargs=cfg.model.engine_kwargs,
                                   num_actors=cfg.model.num_actors, num_cpus_per_actor=CPUS_PER_SAMPLER,
                                   experiment=cfg.experiment), checkpoint=seed)
     judge, judge_pool = make_judge(cfg)
-    storage = Path(cfg.storage) if cfg.storage else ctx.run_dir
+    # under the experiment's name, so experiments sharing a storage path never collide
+    storage = Path(cfg.storage) / cfg.experiment if cfg.storage else ctx.run_dir
+    clean_scratch(storage / "checkpoints")  # a killed training's; the runner's lease makes them ours
     try:
         await pool.ready()
         loop = TpoLoop(cfg, state=TpoState(ctx.store.client, cfg.experiment), models=models, sampler=pool,
-                       judge=judge, train=dpo_trainer(cfg, storage), seed_checkpoint=seed)
+                       judge=judge, train=dpo_trainer(cfg, storage, models), seed_checkpoint=seed)
         summary = await loop.run()
     finally:
         pool.shutdown()

@@ -113,6 +113,22 @@ def test_secrets_never_reach_config_yaml_the_record_or_logs_but_the_job_has_them
     assert failed.status == "failed" and "key ***" in failed.error
 
 
+def test_a_failing_job_run_from_the_cli_prints_no_secret(ray_local, store, tmp_path, experiment_name, capsys):
+    """The CLI's error goes through the redacting log, not Python's traceback printer."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logging.getLogger().addHandler(handler)
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            runner.main(TOY, [f"experiment={experiment_name}", f"runs_dir={tmp_path}", "fail=true",
+                              f"engine_kwargs={{api_key: {SECRET}}}"])
+    finally:
+        logging.getLogger().removeHandler(handler)
+    assert stopped.value.code == 1
+    logged = stream.getvalue() + capsys.readouterr().err
+    assert "toy job failed" in logged and "Traceback" in logged and SECRET not in logged
+
+
 def test_a_rerun_with_another_config_refuses_unless_allowed_and_the_change_is_recorded(
         ray_local, store, tmp_path, experiment_name):
     base = [f"experiment={experiment_name}", f"runs_dir={tmp_path}"]

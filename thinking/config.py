@@ -81,7 +81,7 @@ class MeasureConfig:
 class TpoConfig:
     experiment: str = "tpo"  # Redis namespace; outputs go to runs_dir/experiment/
     runs_dir: str = "runs"  # where run directories are written
-    storage: str = ""  # checkpoints and datasets (shared by every node); "" = the run dir
+    storage: str = ""  # checkpoints go under <storage>/<experiment>/ (every node reads it); "" = the run dir
     iterations: int = 3  # DPO rounds (paper: 4-5)
     instructions: str = "thinking.arith:instructions"  # `module:function(n, seed) -> [{id, instruction, reference?}]`
     instruction_seed: int = 1  # iteration i draws with seed instruction_seed + i (fresh each iteration)

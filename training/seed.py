@@ -28,6 +28,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from common.config import redact_secrets
 from store.codehash import content_hash
 from store.server import ratchet_home
+from training.checkpoints import CheckpointExists
 from training.corpora import load_corpus, named_function
 from training.sft import SFTJobConfig, train_sft
 from training.tokenizer import train_tokenizer
@@ -136,7 +137,12 @@ def build_seed_model(cfg: SeedConfig, progress: bool = True) -> SeedResult:
             max_length=cfg.max_length, lr_scheduler_type="cosine", warmup_steps=min(50, cfg.max_steps // 10),
             seed=cfg.seed, disable_tqdm=not progress, quiet=not progress, logging_steps=max(1, cfg.max_steps // 10),
         )
-        result = train_sft(sft, rows)
+        try:
+            result = train_sft(sft, rows)
+        except CheckpointExists:
+            if (final / SEED_INFO).exists():  # another process built the same seed meanwhile
+                return SeedResult(str(final), True, json.loads((final / SEED_INFO).read_text()))
+            raise
     info = {
         "config": redact_secrets(asdict(cfg)),  # a checkpoint carries its config, never a secret
         "key": key, "parameters": params, "corpus_rows": len(rows),
