@@ -29,7 +29,7 @@ async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
     tasks, heldout = load_tasks(cfg.tasks)
     base = base_model(cfg, ctx.store, sorted({*tasks, *heldout}))
     log.info("%d tasks, %d held out; base model %s = %s", len(tasks), len(heldout), base.version, base.checkpoint)
-    sampler_pool = SamplerPool(cfg.sampler, checkpoint=base.checkpoint, version=base.version)
+    sampler_pool = SamplerPool(cfg.sampler, checkpoint=base.checkpoint, version=base.version, files=base.files)
     verifier_pool = ArcVerifierPool(actors=cfg.verifier.actors, workers_per_actor=cfg.verifier.workers_per_actor,
                                     allowed_modules=(ARC_DSL,), use_cache=cfg.verifier.use_cache)
     try:

@@ -180,14 +180,16 @@ class Router:
 
 
 class SamplerPool:
-    def __init__(self, config: PoolConfig, *, checkpoint: str | None = None, version: str | None = None):
-        """Start the actors (returns at once; `await ready()` waits for them to load)."""
+    def __init__(self, config: PoolConfig, *, checkpoint: str | None = None, version: str | None = None,
+                 files: dict[str, str] | None = None):
+        """Start the actors (returns at once; `await ready()` waits for them to load). `files`
+        (a registry version's hashes): every actor checks them before loading `checkpoint`."""
         if not ray.is_initialized():
             raise RuntimeError("Ray is not initialised: call ray.init() (or ray.init(address='auto')) first")
         self.config = config
         self.checkpoint = checkpoint
         self.version = version
-        self.files: dict[str, str] | None = None  # the loaded version's file hashes, checked by replacements too
+        self.files = files  # the loaded version's file hashes, checked by replacements too
         gpus = config.num_gpus_per_actor
         if gpus is None:
             gpus = 1 if ray.cluster_resources().get("GPU", 0) >= 1 else 0

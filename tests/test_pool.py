@@ -143,6 +143,27 @@ def test_pool_load_switches_every_actor_to_a_registry_version(pool, models, stor
         pool.config.experiment = None
 
 
+def test_pool_started_on_a_changed_version_refuses_to_serve_it(ray_local, models, store, experiment_name, tmp_path):
+    """The first version is checked too: actors started on a published checkpoint whose files
+    changed since refuse it, as a later load would."""
+    import shutil
+
+    from training.checkpoints import publish
+
+    ckpt = tmp_path / "v0"
+    shutil.copytree(models["untrained"], ckpt)
+    mv = publish(store, experiment_name, ckpt, parent=None, metrics={})
+    shutil.copy(Path(models["trained"]) / "model.safetensors", ckpt / "model.safetensors")
+    pool = SamplerPool(PoolConfig(engine="transformers", engine_kwargs={"num_threads": 1}, num_actors=1,
+                                  num_cpus_per_actor=0.5, max_request_retries=0),
+                       checkpoint=mv.checkpoint, version=mv.version, files=mv.files)
+    try:
+        with pytest.raises(Exception, match="differ from the hashes recorded at publish"):
+            asyncio.run(pool.ready())
+    finally:
+        pool.shutdown()
+
+
 def test_pool_rejects_a_too_long_prompt_and_keeps_serving(pool, models):
     from common.sampling import ContextLengthError
 
