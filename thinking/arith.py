@@ -20,7 +20,7 @@ from typing import Any
 from thinking.prompts import DirectPrompt, DirectPromptConfig, ThoughtPrompt, ThoughtPromptConfig
 
 MAX_OPERAND = 9  # single-digit operands: each step is a fact a tiny model can learn; chaining them is the hard part
-DEMO_TEMPLATE = "Q: {instruction}\nThink after \"{thought_marker}\", answer after \"{response_marker}\"."
+DEMO_TEMPLATE = "Think after \"{thought_marker}\", answer after \"{response_marker}\".\nQ: {instruction}"
 DEMO_THOUGHT = ThoughtPromptConfig(kind="custom", template=DEMO_TEMPLATE, thought_marker="Work:",
                                    response_marker="So:")
 DEMO_DIRECT = DirectPromptConfig(template="Q: {instruction}\nA:")
@@ -91,5 +91,8 @@ def demo_seed():
     """The recipe of the shipped seed model models/tpo-arith-seed."""
     from training.seed import SeedConfig
 
-    return SeedConfig(preset="tiny", corpus="thinking.arith:seed_corpus", n=8000, max_steps=300, max_length=160,
-                      batch_size=32)
+    # 300 steps left a seed that answered "10" to everything and never closed a thought (0% parsable):
+    # the working's single-step facts need ~10x the steps, half the rows in the thought format, and the instruction next to the
+    # thought marker (a 2-layer model copies operands from nearby far better than across the template).
+    return SeedConfig(preset="tiny", corpus="thinking.arith:seed_corpus", corpus_kwargs={"thought_share": 0.5},
+                      n=24000, max_steps=3000, max_length=160, batch_size=32)
