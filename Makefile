@@ -73,7 +73,7 @@ system-packages:
 # The SOAR demo: the seed model (built on first use, then cached), 2 iterations of search and
 # hindsight learning, each model and the controls measured on 3 sampling seeds.
 demo: setup
-	$(PY) -m ray_jobs.soar --config configs/soar-demo.yaml --iterations 2
+	$(PY) -m ray_jobs.soar --config configs/soar-demo.yaml --iterations 3
 
 # The foundation demo: SFT of a tiny seed model as a Ray task, published and sampled.
 demo-sft: setup
