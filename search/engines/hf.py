@@ -6,7 +6,10 @@ generated in left-padded batches with attention masks. A seed
 makes one call reproducible (the same call with the same seed gives the same completions;
 unlike vLLM's per-request seeds, a row's sample also depends on the batch it shares).
 `SamplingParams.regex` constrains completions as vLLM's structured outputs do
-(search/engines/regex_constraint.py).
+(search/engines/regex_constraint.py). Prompt states are also shared across calls: a
+bounded prefix cache (search/engines/prefix_cache.py, vLLM's automatic prefix caching
+scheme) serves the blocks of a prompt that an earlier prompt already computed;
+`prefix_cache_bytes=0` turns it off.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from common.sampling import (
     truncate_at_stop,
 )
 from search.engines.base import default_version
+from search.engines.prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_MAX_BYTES, PrefixCache
 from search.engines.regex_constraint import RegexLogitsProcessor, TokenRegex
 
 
@@ -56,6 +60,8 @@ class TransformersEngine:
         dtype: str = "auto",  # "auto": bfloat16 on cuda, float32 on cpu
         batch_size: int = 64,  # rows (prompt x sample) per generate call
         num_threads: int | None = None,  # CPU threads; None: default_threads()
+        prefix_cache_bytes: int = DEFAULT_MAX_BYTES,  # KV states kept across calls; 0: no prefix cache
+        prefix_block_tokens: int = DEFAULT_BLOCK_TOKENS,  # tokens per cached block (vLLM's block size)
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
@@ -66,6 +72,7 @@ class TransformersEngine:
         self.batch_size = batch_size
         if self.device == "cpu":
             torch.set_num_threads(num_threads or default_threads())
+        self.prefix_cache = PrefixCache(prefix_cache_bytes, prefix_block_tokens) if prefix_cache_bytes else None
         self.model: Any = None
         self._constraints: dict[str, Any] = {}
         self.tokenizer: Any = None
@@ -83,6 +90,8 @@ class TransformersEngine:
         if tokenizer.pad_token_id is None:  # left padding needs a pad id; EOS is the usual stand-in
             tokenizer.pad_token = tokenizer.eos_token
         self.model, self.tokenizer = model, tokenizer
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()  # states computed by the previous weights
         self._constraints: dict[str, Any] = {}  # regex -> TokenRegex for this tokenizer
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0)) or None
         self.version = version or default_version(checkpoint)
@@ -119,9 +128,10 @@ class TransformersEngine:
                     for start in range(0, copies, self.batch_size):
                         results[i] += self._generate_shared(prompt_ids, min(self.batch_size, copies - start), params)
             else:
+                run = self._generate_batch if self.prefix_cache is None else self._generate_cached_batch
                 for start in range(0, len(rows), self.batch_size):
                     batch = rows[start : start + self.batch_size]
-                    for i, completion in zip(batch, self._generate_batch([ids[i] for i in batch], params), strict=True):
+                    for i, completion in zip(batch, run([ids[i] for i in batch], params), strict=True):
                         results[i].append(completion)
         if params.greedy:
             results = [[row[0]] + [Completion(**row[0].to_dict()) for _ in range(params.n - 1)] for row in results]
@@ -135,11 +145,9 @@ class TransformersEngine:
 
         if len(prompt_ids) < 2:
             return self._generate_batch([prompt_ids] * n, params)
-        cache = DynamicCache(config=self.model.config)
-        # transformers 5.2x renamed past_key_values to cache; the GPU set (vLLM's pin) has the old name.
-        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-        self.model(input_ids=torch.tensor([prompt_ids[:-1]], device=self.device), **{name: cache}, use_cache=True)
+        cache = self._as_cache(self._prompt_states(prompt_ids[:-1]))
         cache.batch_repeat_interleave(n)
+        name = self._cache_arg()
         input_ids = torch.tensor([prompt_ids] * n, device=self.device)
         out = self.model.generate(
             input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **{name: cache},
@@ -147,6 +155,76 @@ class TransformersEngine:
             logits_processor=self._processors(params, len(prompt_ids)),
         )
         return [self._completion(row, len(prompt_ids), params) for row in out[:, len(prompt_ids):].tolist()]
+
+    def _cache_arg(self) -> str:
+        # transformers 5.2x renamed past_key_values to cache; the GPU set (vLLM's pin) has the old name.
+        return "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+
+    def _as_cache(self, states: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+        cache = DynamicCache(config=self.model.config)
+        for layer, (k, v) in enumerate(states):
+            cache.update(k, v, layer)
+        return cache
+
+    def _prompt_states(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer, the keys and values of `ids` (a prompt but its last token), shape
+        (1, heads, len(ids), head_dim). With the prefix cache, the blocks an earlier prompt
+        computed are reused and the new full blocks stored."""
+        pc = self.prefix_cache
+        blocks = pc.match(ids) if pc is not None else []
+        reused = len(blocks) * pc.block_tokens if pc is not None else 0
+        cache = DynamicCache(config=self.model.config)
+        for layer, parts in enumerate(zip(*blocks, strict=True)):  # blocks[b][layer] = (keys, values)
+            cache.update(torch.cat([k for k, _ in parts], dim=2), torch.cat([v for _, v in parts], dim=2), layer)
+        if reused < len(ids):
+            self.model(input_ids=torch.tensor([ids[reused:]], device=self.device), **{self._cache_arg(): cache},
+                       use_cache=True)
+        states = _layer_states(cache)
+        if pc is not None:
+            pc.record(len(ids) + 1, reused)  # + the last token, which is never cached: it starts generation
+            size = pc.block_tokens
+            new = []
+            for b in range(len(blocks), len(ids) // size):
+                value = tuple((k[:, :, b * size : (b + 1) * size].clone(), v[:, :, b * size : (b + 1) * size].clone())
+                              for k, v in states)  # copies: a view would keep the whole prompt's tensor alive
+                new.append((value, sum(k.nbytes + v.nbytes for k, v in value)))
+            pc.insert(ids, len(blocks), new)
+        return states
+
+    def _generate_cached_batch(self, batch: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """_generate_batch with each prompt's states from the prefix cache: the rows' states
+        (all but each prompt's last token) are left-padded into one cache, so generate runs
+        only the last tokens, as it does for a left-padded batch it prefilled itself."""
+        states = [self._prompt_states(x[:-1]) if len(x) > 1 else None for x in batch]
+        shaped = next((s for s in states if s is not None), None)
+        if shaped is None:  # one-token prompts only: nothing to reuse
+            return self._generate_batch(batch, params)
+        tok = self.tokenizer
+        width = max(len(x) for x in batch)
+        cache = DynamicCache(config=self.model.config)
+        for layer, (k0, v0) in enumerate(shaped):
+            keys = k0.new_zeros((len(batch), k0.shape[1], width - 1, k0.shape[3]))  # padding: masked out
+            values = v0.new_zeros((len(batch), v0.shape[1], width - 1, v0.shape[3]))
+            for row, s in enumerate(states):
+                if s is not None:
+                    k, v = s[layer]
+                    keys[row, :, width - 1 - k.shape[2] :] = k[0]
+                    values[row, :, width - 1 - v.shape[2] :] = v[0]
+            cache.update(keys, values, layer)
+        pad = tok.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch], device=self.device)
+        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch], device=self.device)
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=mask, **{self._cache_arg(): cache},
+            generation_config=self._generation_config(params), tokenizer=tok if params.stop else None,
+            logits_processor=self._processors(params, width),
+        )
+        generated = out[:, width:].tolist()
+        return [self._completion(row, len(x), params) for row, x in zip(generated, batch, strict=True)]
+
+    def stats(self) -> dict[str, Any]:
+        """The prefix cache's counters: hit_rate = prompt tokens reused / prompt tokens, bytes held."""
+        return {"prefix_cache": self.prefix_cache.stats() if self.prefix_cache is not None else {"enabled": False}}
 
     def _generate_batch(self, batch: list[list[int]], params: SamplingParams) -> list[Completion]:
         tok = self.tokenizer
@@ -203,3 +281,10 @@ class TransformersEngine:
             text=text, finish_reason="stop" if hit_eos or hit_stop else "length",
             prompt_tokens=prompt_tokens, completion_tokens=length, model_version=self.version,
         )
+
+
+def _layer_states(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) per layer of a DynamicCache, in either transformers' layout."""
+    if hasattr(cache, "layers"):  # transformers >= 4.56
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
