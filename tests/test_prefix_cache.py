@@ -132,3 +132,17 @@ def test_load_drops_states_of_the_previous_weights(models):
     greedy = SamplingParams(temperature=0, max_tokens=8)
     off = make_engine("transformers", checkpoint=models["trained"], num_threads=1, prefix_cache_bytes=0)
     assert texts(engine.generate(PROMPTS, greedy)) == texts(off.generate(PROMPTS, greedy))
+
+
+def test_search_entries_report_the_prefix_cache_use_between_two_readings():
+    from evolution.metrics import prefix_cache_use
+    from search.pool import ActorStats
+
+    def reading(prompt: int, reused: int, held: int, enabled: bool = True) -> ActorStats:
+        cache = dict(enabled=True, prompt_tokens=prompt, reused_tokens=reused, bytes=held) if enabled else {"enabled": False}
+        return ActorStats(index=0, version="v0", busy_s=0.0, tokens_generated=0, requests=0, running=0, queue_depth=0,
+                          restarts=0, engine={"prefix_cache": cache})
+
+    use = prefix_cache_use([reading(100, 20, 5)], [reading(300, 170, 9)])
+    assert use == {"prompt_tokens": 200, "reused_tokens": 150, "hit_rate": 0.75, "bytes": 9}
+    assert prefix_cache_use([reading(0, 0, 0, False)], [reading(0, 0, 0, False)]) == {}
