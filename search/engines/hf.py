@@ -145,7 +145,7 @@ class TransformersEngine:
 
         if len(prompt_ids) < 2:
             return self._generate_batch([prompt_ids] * n, params)
-        cache = self._as_cache(self._prompt_states(prompt_ids[:-1]))
+        cache, _, _ = self._prefill([prompt_ids[:-1]])
         cache.batch_repeat_interleave(n)
         name = self._cache_arg()
         input_ids = torch.tensor([prompt_ids] * n, device=self.device)
@@ -160,60 +160,97 @@ class TransformersEngine:
         # transformers 5.2x renamed past_key_values to cache; the GPU set (vLLM's pin) has the old name.
         return "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
 
-    def _as_cache(self, states: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+    def _prefill(self, rows: list[list[int]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+        """One cache holding the states of `rows` (prompts but their last tokens), with the
+        token ids and attention mask of its columns. Without the prefix cache the rows are
+        run as they are (one row, as _generate_shared always did). With it, each row's
+        longest cached block prefix is reused and only the rest is run, in one forward
+        pass: row r's columns are [pad][cached blocks][pad][rest], the pads masked out;
+        new full blocks are stored. A block prefix that every row shares and the cache
+        lacks is run once first, so a batch of one task's prompts computes the task once."""
+        pc, pad = self.prefix_cache, self.tokenizer.pad_token_id
+        if pc is None:
+            cache = DynamicCache(config=self.model.config)
+            self.model(input_ids=torch.tensor(rows, device=self.device), **{self._cache_arg(): cache}, use_cache=True)
+            ids = torch.tensor(rows, device=self.device)
+            return cache, ids, torch.ones_like(ids)
+        computed = self._prefill_common(rows)
+        blocks = [pc.match(r) for r in rows]
+        cached = [len(b) * pc.block_tokens for b in blocks]
+        rest = [r[c:] for r, c in zip(rows, cached, strict=True)]
+        width_c, width_s = max(cached), max(len(x) for x in rest)
         cache = DynamicCache(config=self.model.config)
-        for layer, (k, v) in enumerate(states):
-            cache.update(k, v, layer)
-        return cache
-
-    def _prompt_states(self, ids: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer, the keys and values of `ids` (a prompt but its last token), shape
-        (1, heads, len(ids), head_dim). With the prefix cache, the blocks an earlier prompt
-        computed are reused and the new full blocks stored."""
-        pc = self.prefix_cache
-        blocks = pc.match(ids) if pc is not None else []
-        reused = len(blocks) * pc.block_tokens if pc is not None else 0
-        cache = DynamicCache(config=self.model.config)
-        for layer, parts in enumerate(zip(*blocks, strict=True)):  # blocks[b][layer] = (keys, values)
-            cache.update(torch.cat([k for k, _ in parts], dim=2), torch.cat([v for _, v in parts], dim=2), layer)
-        if reused < len(ids):
-            self.model(input_ids=torch.tensor([ids[reused:]], device=self.device), **{self._cache_arg(): cache},
-                       use_cache=True)
-        states = _layer_states(cache)
-        if pc is not None:
-            pc.record(len(ids) + 1, reused)  # + the last token, which is never cached: it starts generation
+        if width_c:
+            for layer in range(len(next(b for b in blocks if b)[0])):
+                keys, values = [], []
+                for b in blocks:  # b[i][layer] = (keys, values) of block i; left-padded with zeros (masked)
+                    k = torch.cat([blk[layer][0] for blk in b], dim=2) if b else None
+                    v = torch.cat([blk[layer][1] for blk in b], dim=2) if b else None
+                    keys.append(k)
+                    values.append(v)
+                ref = next(k for k in keys if k is not None)
+                kb = ref.new_zeros((len(rows), ref.shape[1], width_c, ref.shape[3]))
+                vb = torch.zeros_like(kb)
+                for r, (k, v) in enumerate(zip(keys, values, strict=True)):
+                    if k is not None:
+                        kb[r, :, width_c - k.shape[2] :] = k[0]
+                        vb[r, :, width_c - v.shape[2] :] = v[0]
+                cache.update(kb, vb, layer)
+        ids = [[pad] * (width_c - c) + r[:c] + [pad] * (width_s - len(x)) + x
+               for r, c, x in zip(rows, cached, rest, strict=True)]
+        mask = [[0] * (width_c - c) + [1] * c + [0] * (width_s - len(x)) + [1] * len(x)
+                for c, x in zip(cached, rest, strict=True)]
+        ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
+        if width_s:
+            padded = any(c != width_c for c in cached) or any(len(x) != width_s for x in rest)
+            extra = {}
+            if padded:  # positions continue each row's cached part, skipping pads
+                positions = [[0] * (width_s - len(x)) + list(range(c, c + len(x))) for c, x in zip(cached, rest, strict=True)]
+                extra = dict(attention_mask=mask_t, position_ids=torch.tensor(positions, device=self.device))
+            self.model(input_ids=ids_t[:, width_c:], **{self._cache_arg(): cache}, use_cache=True, **extra)
+            states = _layer_states(cache)
             size = pc.block_tokens
-            new = []
-            for b in range(len(blocks), len(ids) // size):
-                value = tuple((k[:, :, b * size : (b + 1) * size].clone(), v[:, :, b * size : (b + 1) * size].clone())
-                              for k, v in states)  # copies: a view would keep the whole prompt's tensor alive
-                new.append((value, sum(k.nbytes + v.nbytes for k, v in value)))
-            pc.insert(ids, len(blocks), new)
-        return states
+            for r, (row, c, x) in enumerate(zip(rows, cached, rest, strict=True)):
+                at = width_c + width_s - len(x) - c  # column of row position j is at + j, for j >= c
+                new = []
+                for b in range(c // size, len(row) // size):
+                    lo, hi = at + b * size, at + (b + 1) * size
+                    # copies: a view would keep the whole batch's tensor alive
+                    value = tuple((k[r : r + 1, :, lo:hi].clone(), v[r : r + 1, :, lo:hi].clone()) for k, v in states)
+                    new.append((value, sum(k.nbytes + v.nbytes for k, v in value)))
+                pc.insert(row, c // size, new)
+            computed += sum(len(x) for x in rest)
+        pc.record(sum(len(r) + 1 for r in rows), sum(len(r) for r in rows) - computed)  # +1: the last token starts generation
+        return cache, ids_t, mask_t
+
+    def _prefill_common(self, rows: list[list[int]]) -> int:
+        """Run the full blocks every row shares, if the cache lacks them; returns tokens run."""
+        pc = self.prefix_cache
+        if len(rows) < 2:
+            return 0
+        keys = [pc.block_keys(r) for r in rows]
+        shared = 0
+        while all(len(k) > shared for k in keys) and all(k[shared] == keys[0][shared] for k in keys):
+            shared += 1
+        have = len(pc.match(rows[0][: shared * pc.block_tokens]))
+        if have == shared:
+            return 0
+        common = rows[0][: shared * pc.block_tokens]
+        before = (pc.prompt_tokens, pc.reused_tokens)
+        self._prefill([common])
+        pc.prompt_tokens, pc.reused_tokens = before  # counted with the rows that share it
+        return len(common) - have * pc.block_tokens
 
     def _generate_cached_batch(self, batch: list[list[int]], params: SamplingParams) -> list[Completion]:
-        """_generate_batch with each prompt's states from the prefix cache: the rows' states
-        (all but each prompt's last token) are left-padded into one cache, so generate runs
-        only the last tokens, as it does for a left-padded batch it prefilled itself."""
-        states = [self._prompt_states(x[:-1]) if len(x) > 1 else None for x in batch]
-        shaped = next((s for s in states if s is not None), None)
-        if shaped is None:  # one-token prompts only: nothing to reuse
+        """_generate_batch with the prompts' states from _prefill: generate then runs only
+        each prompt's last token (a left-padded batch, with pads inside it as well)."""
+        if any(len(x) < 2 for x in batch):  # one-token prompts: nothing to reuse
             return self._generate_batch(batch, params)
         tok = self.tokenizer
-        width = max(len(x) for x in batch)
-        cache = DynamicCache(config=self.model.config)
-        for layer, (k0, v0) in enumerate(shaped):
-            keys = k0.new_zeros((len(batch), k0.shape[1], width - 1, k0.shape[3]))  # padding: masked out
-            values = v0.new_zeros((len(batch), v0.shape[1], width - 1, v0.shape[3]))
-            for row, s in enumerate(states):
-                if s is not None:
-                    k, v = s[layer]
-                    keys[row, :, width - 1 - k.shape[2] :] = k[0]
-                    values[row, :, width - 1 - v.shape[2] :] = v[0]
-            cache.update(keys, values, layer)
-        pad = tok.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch], device=self.device)
-        mask = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch], device=self.device)
+        cache, ids, mask = self._prefill([x[:-1] for x in batch])
+        last = torch.tensor([[x[-1]] for x in batch], device=self.device)
+        input_ids, mask = torch.cat([ids, last], dim=1), torch.cat([mask, torch.ones_like(last)], dim=1)
+        width = input_ids.shape[1]
         out = self.model.generate(
             input_ids=input_ids, attention_mask=mask, **{self._cache_arg(): cache},
             generation_config=self._generation_config(params), tokenizer=tok if params.stop else None,
