@@ -2,7 +2,13 @@
 
     python -m benchmarks.bench_soar          # or: make bench
 
-Runs the soar job on local Ray with a quick seed model (cached under $RATCHET_HOME):
+Runs the soar job on local Ray:
+- the demo config's search (its shipped seed model, a smaller budget) with the transformers
+  engine's cross-request prefix cache off and on: a first run fills the execution cache,
+  then off, on, on, off (both warm, the order cancels drift in background load); prints
+  `prefix cache on/off programs/s ratio R` and the hit rate (prompt tokens reused / prompt
+  tokens);
+then, with a quick seed model (cached under $RATCHET_HOME):
 - search twice: the first run executes every distinct program, the second (a new
   experiment, the same tasks and seed) finds them in the execution cache;
 - two iterations (search, learn, search) with two sampler actors: time split into search,
@@ -13,6 +19,7 @@ All measured here, now, side by side.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 import uuid
@@ -28,17 +35,52 @@ QUICK_SEED = SeedConfig(
     corpus_kwargs={"max_chars": 500, "max_grid": 6, "max_steps": 1}, n=800, max_steps=80, batch_size=8,
     max_length=1024, learning_rate=3e-3, words="evolution.seed_corpus:program_words",
 )
+PREFIX_OFF = "sampler.engine_kwargs={num_threads: 2, prefix_cache_bytes: 0}"
+PREFIX_ON = "sampler.engine_kwargs={num_threads: 2}"  # the engine's default budget
 NO_CONTROLS = ["controls.measure_models=false", "controls.random_prior=false", "controls.seed_only=false"]
+
+
+def prefix_cache_ratio(runs: str, tag: str) -> None:
+    """The demo search with the prefix cache off and on, side by side."""
+    def search(name: str, engine_kwargs: str) -> dict:
+        cfg = load_config("configs/soar-demo.yaml", SoarConfig, [
+            f"experiment=bench-soar-{tag}-prefix-{name}", f"runs_dir={runs}", engine_kwargs,
+            "search.samples_per_task=32", "search.refinements_per_task=16", "render_tasks=0", *NO_CONTROLS,
+        ])
+        return runner.execute(soar.JOB, cfg)["iterations"][0]
+
+    search("warmup", PREFIX_ON)  # executes every program once: the runs below all hit the execution cache
+    entries: dict[str, list[dict]] = {"off": [], "on": []}
+    for i, kind in enumerate(("off", "on", "on", "off")):
+        entries[kind].append(search(f"{kind}{i}", PREFIX_ON if kind == "on" else PREFIX_OFF))
+    print(f"\n{'prefix cache':12s} {'programs':>8s} {'wall s':>7s} {'prog/s':>7s} {'hit rate':>8s} {'solved':>6s}")
+    rate = {}
+    for kind, rows in entries.items():
+        programs, wall = sum(e["programs"] for e in rows), sum(e["wall_s"] for e in rows)
+        reused = sum(e["prefix_cache"].get("reused_tokens", 0) for e in rows)
+        prompt = sum(e["prefix_cache"].get("prompt_tokens", 0) for e in rows)
+        rate[kind] = programs / wall
+        hit = f"{reused / prompt:8.2f}" if prompt else f"{'-':>8s}"
+        print(f"{kind:12s} {programs:8d} {wall:7.1f} {rate[kind]:7.2f} {hit} "
+              f"{' '.join(format(e['solved'], '.1f') for e in rows):>6s}")
+    on = entries["on"]
+    hit = sum(e["prefix_cache"]["reused_tokens"] for e in on) / max(sum(e["prefix_cache"]["prompt_tokens"] for e in on), 1)
+    print(f"prefix cache on/off programs/s ratio {rate['on'] / rate['off']:.2f} (hit rate {hit:.2f}; goal >= 2)")
 
 
 def main() -> None:
     import ray
 
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    tag = uuid.uuid4().hex[:6]
+    with tempfile.TemporaryDirectory() as runs:
+        prefix_cache_ratio(runs, tag)
+    if os.environ.get("BENCH_SOAR_PREFIX_ONLY"):
+        ray.shutdown()
+        return
     started = time.time()
     seed = build_seed_model(QUICK_SEED, progress=False)
     print(f"seed model {'reused' if seed.cached else 'built'} in {time.time() - started:.0f}s: {seed.path}")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    tag = uuid.uuid4().hex[:6]
     with tempfile.TemporaryDirectory() as runs:
         rows = []
         for attempt in ("cold", "warm"):

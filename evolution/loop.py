@@ -138,11 +138,12 @@ class SoarLoop:
                             archive=self.store.archive(cfg.experiment), model_version=version.version,
                             iteration=iteration, filters=cfg.filters, vote_cfg=cfg.vote, examples=self.examples(),
                             on_progress=lambda task_id, n: bar.update(n))
-        busy_before = sum(s.busy_s for s in await self.sampler.stats())
+        before = await self.sampler.stats()
         started = time.time()
         outcomes = await search.run(self.tasks)
         wall = time.time() - started
-        busy = sum(s.busy_s for s in await self.sampler.stats()) - busy_before
+        after = await self.sampler.stats()
+        busy = sum(s.busy_s for s in after) - sum(s.busy_s for s in before)
         bar.close()
         rows = [metrics.task_row(self.tasks[t], outcomes[t], cfg.filters, cfg.vote) | {"iteration": iteration}
                 for t in self.tasks]
@@ -160,6 +161,7 @@ class SoarLoop:
             "hit_rate": metrics.hit_rate(outcomes),
             "sampler_busy_frac": busy / (wall * cfg.sampler.num_actors) if wall > 0 else 0.0,
             "wall_s": round(wall, 2),
+            "prefix_cache": metrics.prefix_cache_use(before, after),
             "curve": metrics.curve(self.tasks, outcomes, budgets, cfg.filters, cfg.vote),
         }
         return SearchResult(entry, rows, outcomes)

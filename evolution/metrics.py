@@ -59,3 +59,21 @@ def hit_rate(outcomes: dict[str, TaskOutcome]) -> float:
     tried = sum(o.sampled + o.refined for o in outcomes.values())
     hits = sum(o.correct_samples for o in outcomes.values())
     return hits / tried if tried else 0.0
+
+
+def prefix_cache_use(before: Sequence[Any], after: Sequence[Any]) -> dict[str, Any]:
+    """The sampler engines' prefix-cache use between two SamplerPool.stats() readings:
+    prompt tokens, those reused from the cache, hit rate, bytes held at the end. Empty when
+    no engine has a prefix cache (vLLM keeps its own; the openai engine none)."""
+    def totals(stats: Sequence[Any]) -> tuple[int, int, int]:
+        caches = [s.engine.get("prefix_cache", {}) for s in stats]
+        caches = [c for c in caches if c.get("enabled")]
+        return (sum(c["prompt_tokens"] for c in caches), sum(c["reused_tokens"] for c in caches),
+                sum(c["bytes"] for c in caches))
+
+    if not any(s.engine.get("prefix_cache", {}).get("enabled") for s in after):
+        return {}
+    (p0, r0, _), (p1, r1, held) = totals(before), totals(after)
+    prompt, reused = max(p1 - p0, 0), max(r1 - r0, 0)  # an actor replaced meanwhile restarts its counters
+    return {"prompt_tokens": prompt, "reused_tokens": reused, "hit_rate": reused / prompt if prompt else 0.0,
+            "bytes": held}

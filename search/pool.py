@@ -67,6 +67,7 @@ class ActorStats:
     running: int  # generate calls executing now (0 or 1)
     queue_depth: int  # requests sent to this actor and not yet answered
     restarts: int  # times this slot's actor was replaced after dying
+    engine: dict[str, Any] = field(default_factory=dict)  # the engine's own stats(), if it has any (prefix cache)
 
 
 class SamplerWorker:
@@ -112,9 +113,11 @@ class SamplerWorker:
         return self.engine.version
 
     def stats(self) -> dict[str, Any]:
+        engine_stats = getattr(self.engine, "stats", None)  # plain counters: safe to read while it generates
         with self._stats_lock:
             return dict(version=self.engine.version, busy_s=self.busy_s, tokens_generated=self.tokens_generated,
-                        requests=self.requests, running=self.running)
+                        requests=self.requests, running=self.running,
+                        engine=engine_stats() if callable(engine_stats) else {})
 
 
 SamplerActor = ray.remote(SamplerWorker)

@@ -69,6 +69,8 @@ def test_worker_counts_requests_and_tokens(models):
     stats = worker.stats()
     assert stats["requests"] == 1 and stats["version"] == "v0" and stats["running"] == 0
     assert stats["tokens_generated"] == sum(c.completion_tokens for r in rows for c in r) == 18
+    cache = stats["engine"]["prefix_cache"]  # the engine's own stats ride along
+    assert cache["enabled"] and cache["prompt_tokens"] == sum(r[0].prompt_tokens for r in rows)
     assert worker.load(models["untrained"], "v1") == "v1"
 
 

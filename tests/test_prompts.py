@@ -115,3 +115,25 @@ def test_seed_corpus_rows_and_exclusions():
         assert any(g in row["prompt"] for g in inputs), "rows come only from the task not excluded"
     assert any(r["prompt"].endswith(REFINE_CUE) for r in rows) and any(r["prompt"].endswith(SAMPLE_CUE) for r in rows)
     assert seed_corpus(n=10, seed=1, exclude_tasks=exclude) == seed_corpus(n=10, seed=1, exclude_tasks=exclude)
+
+
+@pytest.mark.parametrize("style", ["compact", "numpy"])
+def test_a_tasks_prompts_start_with_the_task_so_the_prefix_cache_shares_it(task, style):
+    """The engines' prefix caches reuse a common leading text only: a task's refinement
+    prompts must all begin with the task's grids (before any parent program), and compact
+    sampling and refinement prompts with the same task text."""
+    from evolution.prompts import render_task
+
+    visible = task.without_answers()
+    rng = random.Random(0)
+    cols = sorted({v for ex in task.train for row in ex.input + ex.output for v in row})
+    parents = [p for p in (parent_candidate(task, random_program(rng, cols, cols, 2)) for _ in range(40)) if p][:3]
+    assert len(parents) >= 2
+    prompts = [refinement_prompt(visible, p, style, 1900) for p in parents]
+    common = prompts[0]
+    for p in prompts[1:]:
+        common = common[: next((i for i, (a, b) in enumerate(zip(common, p)) if a != b), min(len(common), len(p)))]
+    grids = render_task(visible, style)
+    assert grids in common and not any(p.code.strip() in common for p in parents)
+    if style == "compact":
+        assert sampling_prompt(visible, style).startswith(grids) and common.startswith(grids)

@@ -19,7 +19,7 @@ from ray_jobs import runner, soar
 TASK_IDS = ["3c9b0459", "6150a2bd"]
 HELDOUT_ID = "67a3c6ac"  # 3x3 too; never searched for hindsight, never trained on
 ITERATION_FIELDS = {"iteration", "model_version", "tasks", "solved", "oracle", "programs", "executions",
-                    "cache_hits", "sampler_busy_frac", "wall_s", "curve", "timing"}
+                    "cache_hits", "sampler_busy_frac", "wall_s", "prefix_cache", "curve", "timing"}
 MEASURED_FIELDS = {"seeds", "solved_seeds", "heldout_solved_seeds", "hit_rate", "heldout_hit_rate"}
 
 
@@ -58,6 +58,8 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
         assert [p["n"] for p in entry["curve"]] == [1, 4, 12]
         assert 0 <= entry["solved"] <= entry["oracle"] + 1e-9 <= 2
         assert 0 < entry["sampler_busy_frac"] <= 1.0
+        # a task's later requests reuse its grids from the engine's prefix cache
+        assert 0 < entry["prefix_cache"]["reused_tokens"] < entry["prefix_cache"]["prompt_tokens"]
         assert MEASURED_FIELDS <= set(entry) and entry["seeds"] == [0, 1]
         assert len(entry["solved_seeds"]) == len(entry["heldout_solved_seeds"]) == 2
         assert all(0 <= x <= 2 for x in entry["solved_seeds"]) and all(0 <= x <= 1 for x in entry["heldout_solved_seeds"])

@@ -100,6 +100,14 @@ def test_extra_eos_ids_are_sent_as_stop_tokens(engine):
     assert engine.llm.init_args["generation_config"] == "vllm"
 
 
+def test_prefix_caching_is_on_by_default_and_can_be_switched_off(engine, vllm, tmp_path):
+    """A task's prompts share its grids: vLLM's automatic prefix caching must be on."""
+    assert engine.llm.init_args["enable_prefix_caching"] is True
+    engine.close()
+    off = VLLMEngine(checkpoint(tmp_path, "v1"), gpu_memory_utilization=0.5, llm_kwargs={"enable_prefix_caching": False})
+    assert off.llm.init_args["enable_prefix_caching"] is False
+
+
 @pytest.mark.parametrize("reason", ["abort", "error", None])
 def test_finish_reasons_other_than_stop_and_length_raise(vllm, tmp_path, reason):
     eng = VLLMEngine(checkpoint(tmp_path, "v0", finish_reason=reason), gpu_memory_utilization=0.5)

@@ -6,7 +6,10 @@ generated in left-padded batches with attention masks. A seed
 makes one call reproducible (the same call with the same seed gives the same completions;
 unlike vLLM's per-request seeds, a row's sample also depends on the batch it shares).
 `SamplingParams.regex` constrains completions as vLLM's structured outputs do
-(search/engines/regex_constraint.py).
+(search/engines/regex_constraint.py). Prompt states are also shared across calls: a
+bounded prefix cache (search/engines/prefix_cache.py, vLLM's automatic prefix caching
+scheme) serves the blocks of a prompt that an earlier prompt already computed;
+`prefix_cache_bytes=0` turns it off.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from common.sampling import (
     truncate_at_stop,
 )
 from search.engines.base import default_version
+from search.engines.prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_MAX_BYTES, PrefixCache
 from search.engines.regex_constraint import RegexLogitsProcessor, TokenRegex
 
 
@@ -56,6 +60,8 @@ class TransformersEngine:
         dtype: str = "auto",  # "auto": bfloat16 on cuda, float32 on cpu
         batch_size: int = 64,  # rows (prompt x sample) per generate call
         num_threads: int | None = None,  # CPU threads; None: default_threads()
+        prefix_cache_bytes: int = DEFAULT_MAX_BYTES,  # KV states kept across calls; 0: no prefix cache
+        prefix_block_tokens: int = DEFAULT_BLOCK_TOKENS,  # tokens per cached block (vLLM's block size)
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
@@ -66,6 +72,7 @@ class TransformersEngine:
         self.batch_size = batch_size
         if self.device == "cpu":
             torch.set_num_threads(num_threads or default_threads())
+        self.prefix_cache = PrefixCache(prefix_cache_bytes, prefix_block_tokens) if prefix_cache_bytes else None
         self.model: Any = None
         self._constraints: dict[str, Any] = {}
         self.tokenizer: Any = None
@@ -83,6 +90,8 @@ class TransformersEngine:
         if tokenizer.pad_token_id is None:  # left padding needs a pad id; EOS is the usual stand-in
             tokenizer.pad_token = tokenizer.eos_token
         self.model, self.tokenizer = model, tokenizer
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()  # states computed by the previous weights
         self._constraints: dict[str, Any] = {}  # regex -> TokenRegex for this tokenizer
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0)) or None
         self.version = version or default_version(checkpoint)
@@ -119,9 +128,10 @@ class TransformersEngine:
                     for start in range(0, copies, self.batch_size):
                         results[i] += self._generate_shared(prompt_ids, min(self.batch_size, copies - start), params)
             else:
+                run = self._generate_batch if self.prefix_cache is None else self._generate_cached_batch
                 for start in range(0, len(rows), self.batch_size):
                     batch = rows[start : start + self.batch_size]
-                    for i, completion in zip(batch, self._generate_batch([ids[i] for i in batch], params), strict=True):
+                    for i, completion in zip(batch, run([ids[i] for i in batch], params), strict=True):
                         results[i].append(completion)
         if params.greedy:
             results = [[row[0]] + [Completion(**row[0].to_dict()) for _ in range(params.n - 1)] for row in results]
@@ -135,11 +145,9 @@ class TransformersEngine:
 
         if len(prompt_ids) < 2:
             return self._generate_batch([prompt_ids] * n, params)
-        cache = DynamicCache(config=self.model.config)
-        # transformers 5.2x renamed past_key_values to cache; the GPU set (vLLM's pin) has the old name.
-        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-        self.model(input_ids=torch.tensor([prompt_ids[:-1]], device=self.device), **{name: cache}, use_cache=True)
+        cache, _, _ = self._prefill([prompt_ids[:-1]])
         cache.batch_repeat_interleave(n)
+        name = self._cache_arg()
         input_ids = torch.tensor([prompt_ids] * n, device=self.device)
         out = self.model.generate(
             input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **{name: cache},
@@ -147,6 +155,113 @@ class TransformersEngine:
             logits_processor=self._processors(params, len(prompt_ids)),
         )
         return [self._completion(row, len(prompt_ids), params) for row in out[:, len(prompt_ids):].tolist()]
+
+    def _cache_arg(self) -> str:
+        # transformers 5.2x renamed past_key_values to cache; the GPU set (vLLM's pin) has the old name.
+        return "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+
+    def _prefill(self, rows: list[list[int]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+        """One cache holding the states of `rows` (prompts but their last tokens), with the
+        token ids and attention mask of its columns. Without the prefix cache the rows are
+        run as they are (one row, as _generate_shared always did). With it, each row's
+        longest cached block prefix is reused and only the rest is run, in one forward
+        pass: row r's columns are [pad][cached blocks][pad][rest], the pads masked out;
+        new full blocks are stored. A block prefix that every row shares and the cache
+        lacks is run once first, so a batch of one task's prompts computes the task once."""
+        pc, pad = self.prefix_cache, self.tokenizer.pad_token_id
+        if pc is None:
+            cache = DynamicCache(config=self.model.config)
+            self.model(input_ids=torch.tensor(rows, device=self.device), **{self._cache_arg(): cache}, use_cache=True)
+            ids = torch.tensor(rows, device=self.device)
+            return cache, ids, torch.ones_like(ids)
+        computed = self._prefill_common(rows)
+        blocks = [pc.match(r) for r in rows]
+        cached = [len(b) * pc.block_tokens for b in blocks]
+        rest = [r[c:] for r, c in zip(rows, cached, strict=True)]
+        width_c, width_s = max(cached), max(len(x) for x in rest)
+        cache = DynamicCache(config=self.model.config)
+        if width_c:
+            for layer in range(len(next(b for b in blocks if b)[0])):
+                keys, values = [], []
+                for b in blocks:  # b[i][layer] = (keys, values) of block i; left-padded with zeros (masked)
+                    k = torch.cat([blk[layer][0] for blk in b], dim=2) if b else None
+                    v = torch.cat([blk[layer][1] for blk in b], dim=2) if b else None
+                    keys.append(k)
+                    values.append(v)
+                ref = next(k for k in keys if k is not None)
+                kb = ref.new_zeros((len(rows), ref.shape[1], width_c, ref.shape[3]))
+                vb = torch.zeros_like(kb)
+                for r, (k, v) in enumerate(zip(keys, values, strict=True)):
+                    if k is not None:
+                        kb[r, :, width_c - k.shape[2] :] = k[0]
+                        vb[r, :, width_c - v.shape[2] :] = v[0]
+                cache.update(kb, vb, layer)
+        ids = [[pad] * (width_c - c) + r[:c] + [pad] * (width_s - len(x)) + x
+               for r, c, x in zip(rows, cached, rest, strict=True)]
+        mask = [[0] * (width_c - c) + [1] * c + [0] * (width_s - len(x)) + [1] * len(x)
+                for c, x in zip(cached, rest, strict=True)]
+        ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
+        if width_s:
+            padded = any(c != width_c for c in cached) or any(len(x) != width_s for x in rest)
+            extra = {}
+            if padded:  # positions continue each row's cached part, skipping pads
+                positions = [[0] * (width_s - len(x)) + list(range(c, c + len(x))) for c, x in zip(cached, rest, strict=True)]
+                extra = dict(attention_mask=mask_t, position_ids=torch.tensor(positions, device=self.device))
+            self.model(input_ids=ids_t[:, width_c:], **{self._cache_arg(): cache}, use_cache=True, **extra)
+            states = _layer_states(cache)
+            size = pc.block_tokens
+            for r, (row, c, x) in enumerate(zip(rows, cached, rest, strict=True)):
+                at = width_c + width_s - len(x) - c  # column of row position j is at + j, for j >= c
+                new = []
+                for b in range(c // size, len(row) // size):
+                    lo, hi = at + b * size, at + (b + 1) * size
+                    # copies: a view would keep the whole batch's tensor alive
+                    value = tuple((k[r : r + 1, :, lo:hi].clone(), v[r : r + 1, :, lo:hi].clone()) for k, v in states)
+                    new.append((value, sum(k.nbytes + v.nbytes for k, v in value)))
+                pc.insert(row, c // size, new)
+            computed += sum(len(x) for x in rest)
+        pc.record(sum(len(r) + 1 for r in rows), sum(len(r) for r in rows) - computed)  # +1: the last token starts generation
+        return cache, ids_t, mask_t
+
+    def _prefill_common(self, rows: list[list[int]]) -> int:
+        """Run the full blocks every row shares, if the cache lacks them; returns tokens run."""
+        pc = self.prefix_cache
+        if len(rows) < 2:
+            return 0
+        keys = [pc.block_keys(r) for r in rows]
+        shared = 0
+        while all(len(k) > shared for k in keys) and all(k[shared] == keys[0][shared] for k in keys):
+            shared += 1
+        have = len(pc.match(rows[0][: shared * pc.block_tokens]))
+        if have == shared:
+            return 0
+        common = rows[0][: shared * pc.block_tokens]
+        before = (pc.prompt_tokens, pc.reused_tokens)
+        self._prefill([common])
+        pc.prompt_tokens, pc.reused_tokens = before  # counted with the rows that share it
+        return len(common) - have * pc.block_tokens
+
+    def _generate_cached_batch(self, batch: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """_generate_batch with the prompts' states from _prefill: generate then runs only
+        each prompt's last token (a left-padded batch, with pads inside it as well)."""
+        if any(len(x) < 2 for x in batch):  # one-token prompts: nothing to reuse
+            return self._generate_batch(batch, params)
+        tok = self.tokenizer
+        cache, ids, mask = self._prefill([x[:-1] for x in batch])
+        last = torch.tensor([[x[-1]] for x in batch], device=self.device)
+        input_ids, mask = torch.cat([ids, last], dim=1), torch.cat([mask, torch.ones_like(last)], dim=1)
+        width = input_ids.shape[1]
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=mask, **{self._cache_arg(): cache},
+            generation_config=self._generation_config(params), tokenizer=tok if params.stop else None,
+            logits_processor=self._processors(params, width),
+        )
+        generated = out[:, width:].tolist()
+        return [self._completion(row, len(x), params) for row, x in zip(generated, batch, strict=True)]
+
+    def stats(self) -> dict[str, Any]:
+        """The prefix cache's counters: hit_rate = prompt tokens reused / prompt tokens, bytes held."""
+        return {"prefix_cache": self.prefix_cache.stats() if self.prefix_cache is not None else {"enabled": False}}
 
     def _generate_batch(self, batch: list[list[int]], params: SamplingParams) -> list[Completion]:
         tok = self.tokenizer
@@ -203,3 +318,10 @@ class TransformersEngine:
             text=text, finish_reason="stop" if hit_eos or hit_stop else "length",
             prompt_tokens=prompt_tokens, completion_tokens=length, model_version=self.version,
         )
+
+
+def _layer_states(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) per layer of a DynamicCache, in either transformers' layout."""
+    if hasattr(cache, "layers"):  # transformers >= 4.56
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))

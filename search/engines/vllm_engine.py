@@ -16,7 +16,11 @@ needs that the other engines do not, each for a reason vLLM's own code gives:
 - finish reasons other than stop/length (abort, error) raise;
 - `gpu_memory_utilization` is a fraction of the whole device: it is derived from the
   actor's GPU share unless given;
-- regexes are checked in the dialect of vLLM's structured-output backends (regex_dialect.py).
+- regexes are checked in the dialect of vLLM's structured-output backends (regex_dialect.py);
+- automatic prefix caching is switched on explicitly (`enable_prefix_caching=True`, vLLM's
+  EngineArgs flag; V1's default, but not every version's or platform's): a SOAR task's
+  prompts share the task's grids, and its n samples share their prompt's blocks.
+  `llm_kwargs={"enable_prefix_caching": False}` turns it off.
 
 Tested against a stand-in of vLLM's API in tests/test_vllm_engine.py, and on a GPU by its
 gpu-marked tests (`make gpu-check`).
@@ -145,7 +149,7 @@ class VLLMEngine:
         self.llm_args: dict[str, Any] = dict(
             dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
             seed=seed, enforce_eager=enforce_eager, generation_config="vllm",
-            enable_sleep_mode=swap_weights, **(llm_kwargs or {}),
+            enable_sleep_mode=swap_weights, **({"enable_prefix_caching": True} | (llm_kwargs or {})),
         )
         self.llm: Any = None
         self.tokenizer: Any = None
