@@ -36,6 +36,7 @@ from common.sampling import (
     Completion,
     Prompt,
     SamplingParams,
+    UnsupportedParamError,
     check_counts,
     context_error,
     render_prompt,
@@ -271,6 +272,9 @@ class VLLMEngine:
         if self.llm is None:
             raise RuntimeError("no checkpoint loaded: call load(checkpoint) first")
         vllm = _import_vllm()
+        if params.logprobs is not None:  # refused rather than dropped; the transformers engine returns them
+            raise UnsupportedParamError("logprobs", "the vllm engine does not return logprobs yet: "
+                                        "unset logprobs, or serve with --engine transformers")
         if params.regex is not None:
             check_vllm_regex(params.regex)
         texts = [render_prompt(self.tokenizer, p) for p in prompts]
