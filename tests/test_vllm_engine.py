@@ -125,6 +125,15 @@ def test_regex_goes_as_structured_outputs(engine, vllm):
     assert sent.structured_outputs.regex == "( [0-4]){2,3}"
 
 
+def test_logprobs_are_refused_not_dropped(engine):
+    """Until the engine maps vLLM's logprobs, asking for them is an error naming the field."""
+    from common.sampling import UnsupportedParamError
+
+    with pytest.raises(UnsupportedParamError, match="vllm engine does not return logprobs") as e:
+        engine.generate(["a"], SamplingParams(logprobs=1))
+    assert e.value.param == "logprobs"
+
+
 def test_regex_outside_vllms_dialect_fails_before_sending(engine):
     params = SamplingParams(max_tokens=4, regex=r"(?=a)a+")  # Python's regex module accepts it
     with pytest.raises(ValueError, match=r"SamplingParams.regex=.*lookahead or lookbehind"):
