@@ -28,7 +28,12 @@ from ray import serve
 from search.engines import ENGINES
 from search.pool import PoolConfig
 from search.serve import ServeSettings, build_serve_app
-from search.serve.guard import API_KEY_ENV, API_KEY_FILE_ENV, api_key_from_environment, read_api_key_file
+from search.serve.guard import (
+    API_KEY_ENV,
+    API_KEY_FILE_ENV,
+    api_key_from_environment,
+    read_api_key_file,
+)
 from search.serve.limits import ServeLimits
 from search.serve.protocol import ReasoningSplit
 
