@@ -1,8 +1,11 @@
 """The OpenAI-compatible FastAPI app, over any backend that samples (the pool, in production).
 
-Kept apart from Ray Serve so the HTTP behaviour (auth, validation, error bodies) is
-testable with a plain in-process backend. Every error is answered in OpenAI's error shape;
-one bad request never takes the service down.
+Kept apart from Ray Serve so the HTTP behaviour (auth, validation, limits, streaming, error
+bodies) is testable with a plain in-process backend. Every error is answered in OpenAI's
+error shape; one bad request never takes the service down. A request passes, in order: the
+token and the body size (guard.py, before parsing), parsing, the fields ratchet cannot
+honour (a 400 naming them, protocol.py), the caps (limits.py), then the pool; `stream=true`
+answers with server-sent events (streaming.py).
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ carries its own `prompt_tokens` and `completion_tokens`, and `system_fingerprint
 model version that produced the response. For a thinking model (`ReasoningSplit`), a chat
 choice's message carries the thought in `reasoning_content` (the field OpenAI-compatible
 reasoning servers such as vLLM's use) and the response alone in `content`.
+
+Every field is honoured or refused: OpenAI's fields that would change the answer and that
+ratchet cannot honour (penalties, logit_bias, tools, response_format other than text, ...)
+and fields nobody defined are a 400 naming the field, never silently dropped.
 """
 
 from __future__ import annotations
