@@ -128,6 +128,8 @@ class SamplerWorker:
 
 def _cancelled() -> bool:
     """Whether ray.cancel() was called on the Ray task running this code (False outside Ray)."""
+    if not ray.is_initialized():  # plain use (tests, scripts): get_runtime_context() would start Ray
+        return False
     try:
         return bool(ray.get_runtime_context().is_canceled())
     except Exception:  # not inside a Ray task: nobody can cancel it
