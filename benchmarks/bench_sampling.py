@@ -149,14 +149,16 @@ def main(argv: list[str] | None = None) -> None:
     engine = make_engine("transformers", checkpoint=model, **engine_kwargs)
     pool1 = SamplerPool(PoolConfig(num_actors=1, **pool_cfg), checkpoint=model)
     pool2 = SamplerPool(PoolConfig(num_actors=2, **pool_cfg), checkpoint=model)
-    url = serve_run(ServeSettings(pool=PoolConfig(num_actors=1, **pool_cfg), checkpoint=model, model_name="bench"),
-                    port=free_port(), blocking=False)
-    client = OpenAIEngine(url, model="bench", prompts_per_request=args.per_request, max_concurrency=4)
 
     async def ready() -> None:
         await asyncio.gather(pool1.ready(), pool2.ready())
 
+    # The pools load first: on a busy machine, Serve's proxy starting alongside three model
+    # loads can miss Serve's fixed 60 s start-up timeout.
     asyncio.run(ready())
+    url = serve_run(ServeSettings(pool=PoolConfig(num_actors=1, **pool_cfg), checkpoint=model, model_name="bench"),
+                    port=free_port(), blocking=False)
+    client = OpenAIEngine(url, model="bench", prompts_per_request=args.per_request, max_concurrency=4)
     modes: dict[str, Callable[[], list[list[Completion]]]] = {
         "engine": lambda: [row for chunk in chunks for row in engine.generate(chunk, params)],
         "pool1": lambda: pool1.generate_sync(prompts, params),
