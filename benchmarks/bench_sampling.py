@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_sampling                  # tiny random-weight model, ~1-2 min
     python -m benchmarks.bench_sampling --model PATH --engine-threads 4 --max-tokens 128
+    python -m benchmarks.bench_sampling --busy-cores 1     # with one core kept busy in the background
 
 All four modes sample the same prompts with the same settings, split into the same requests
 (`--per-request` prompts each), with the same CPU threads per engine; rounds alternate the
@@ -11,15 +12,25 @@ modes so background load hits them alike, and each mode's median round is report
   http     ratchet serve over a 1-actor pool, via the openai engine (goal: >= 0.9 x engine)
   pool2    SamplerPool, 2 actors         (scaling, reported as measured)
 A random-weight model rarely emits EOS, so nearly every completion runs to max_tokens.
+
+Where the time goes: for each mode, the CPU seconds every process of this run used during
+its rounds (from /proc, Linux), per 1,000 tokens, by process: the driver (the bare engine,
+the pool's client side, the openai client), `ray::SamplerWorker` (the engines in actors),
+`ray::ServeReplica` (parsing, validation, serialisation, the pool's router), `ray::ProxyActor`
+(Serve's HTTP proxy), and Ray's own `raylet`/`gcs_server`. On a machine with few cores, what
+the proxy and the replica use is taken from the engine.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
+import os
 import socket
 import statistics
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,6 +63,49 @@ def timed(run: Callable[[], list[list[Completion]]]) -> tuple[int, float]:
     return tokens(rows), time.perf_counter() - started
 
 
+def _process_name(pid: int) -> str:
+    """The Ray actor class of a worker (its process title), else the program's name."""
+    argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
+    if argv0.startswith("ray::"):
+        return argv0.split(":")[2] if argv0.startswith("ray::ServeReplica") else argv0.split()[0]
+    return "driver" if pid == os.getpid() else Path(argv0).name
+
+
+def process_cpu(exclude: frozenset[int] = frozenset()) -> dict[str, float]:
+    """CPU seconds used so far by this process and all its descendants (Ray's), by name;
+    `exclude`: pids left out (the background load)."""
+    if not Path("/proc/self/stat").exists():
+        return {}
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):  # gone meanwhile
+                pass
+    ours, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in ours]
+        ours.update(children)
+        frontier.extend(children)
+    tick = os.sysconf("SC_CLK_TCK")
+    cpu: dict[str, float] = defaultdict(float)
+    for pid in ours - exclude:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            cpu[_process_name(pid)] += (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return dict(cpu)
+
+
+def _spin() -> None:
+    """Background load: one core kept busy (--busy-cores)."""
+    while True:
+        pass
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -67,7 +121,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-request", type=int, default=16, help="prompts per request in every mode")
     parser.add_argument("--engine-threads", type=int, default=1, help="torch threads of every engine")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--busy-cores", type=int, default=0, help="background processes spinning a core each")
     args = parser.parse_args(argv)
+    busy = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy_cores)]
+    for p in busy:
+        p.start()
+    spinners = frozenset(p.pid for p in busy)
 
     import ray
 
@@ -90,14 +149,16 @@ def main(argv: list[str] | None = None) -> None:
     engine = make_engine("transformers", checkpoint=model, **engine_kwargs)
     pool1 = SamplerPool(PoolConfig(num_actors=1, **pool_cfg), checkpoint=model)
     pool2 = SamplerPool(PoolConfig(num_actors=2, **pool_cfg), checkpoint=model)
-    url = serve_run(ServeSettings(pool=PoolConfig(num_actors=1, **pool_cfg), checkpoint=model, model_name="bench"),
-                    port=free_port(), blocking=False)
-    client = OpenAIEngine(url, model="bench", prompts_per_request=args.per_request, max_concurrency=4)
 
     async def ready() -> None:
         await asyncio.gather(pool1.ready(), pool2.ready())
 
+    # The pools load first: on a busy machine, Serve's proxy starting alongside three model
+    # loads can miss Serve's fixed 60 s start-up timeout.
     asyncio.run(ready())
+    url = serve_run(ServeSettings(pool=PoolConfig(num_actors=1, **pool_cfg), checkpoint=model, model_name="bench"),
+                    port=free_port(), blocking=False)
+    client = OpenAIEngine(url, model="bench", prompts_per_request=args.per_request, max_concurrency=4)
     modes: dict[str, Callable[[], list[list[Completion]]]] = {
         "engine": lambda: [row for chunk in chunks for row in engine.generate(chunk, params)],
         "pool1": lambda: pool1.generate_sync(prompts, params),
@@ -108,15 +169,21 @@ def main(argv: list[str] | None = None) -> None:
         run()
     rates: dict[str, list[float]] = {name: [] for name in modes}
     counts: dict[str, int] = {}
+    cpu: dict[str, dict[str, float]] = {name: defaultdict(float) for name in modes}
+    load = os.getloadavg()
     for _ in range(args.rounds):
         for name, run in modes.items():
+            before = process_cpu(spinners)
             n_tokens, seconds = timed(run)
+            for proc, used in process_cpu(spinners).items():
+                cpu[name][proc] += used - before.get(proc, 0.0)
             rates[name].append(n_tokens / seconds)
             counts[name] = n_tokens
 
     median = {name: statistics.median(r) for name, r in rates.items()}
     print(f"\nsampling throughput: {args.prompts} prompts x n={args.n}, max_tokens={args.max_tokens}, "
           f"{args.per_request} prompts/request, {args.engine_threads} thread(s)/engine, "
+          f"{args.busy_cores} busy background core(s), "
           f"median of {args.rounds} rounds\nmodel {model}")
     print(f"{'mode':8} {'tokens':>7} {'tok/s':>9} {'ratio':>7}  rounds (tok/s)")
     for name in modes:
@@ -127,12 +194,22 @@ def main(argv: list[str] | None = None) -> None:
             ratio = median["pool2"] / median["pool1"]
         print(f"{name:8} {counts[name]:7d} {median[name]:9.1f} {ratio:7.2f}  "
               f"{' '.join(f'{r:.0f}' for r in rates[name])}  {label}")
+    print(f"load average before the rounds {load[0]:.2f}, after {os.getloadavg()[0]:.2f} "
+          f"({os.cpu_count()} CPUs)")
+    print("\nwhere the time goes: CPU seconds per 1,000 tokens, by process, during each mode's rounds")
+    for name in modes:
+        used = {p: s for p, s in sorted(cpu[name].items(), key=lambda kv: -kv[1]) if s >= 0.005 * args.rounds}
+        per_k = 1000 / (counts[name] * args.rounds)
+        total = sum(cpu[name].values()) * per_k
+        print(f"{name:8} total {total:6.2f}  " + "  ".join(f"{p} {s * per_k:.2f}" for p, s in used.items()))
     from ray import serve
 
     serve.shutdown()
     pool1.shutdown()
     pool2.shutdown()
     ray.shutdown()
+    for p in busy:
+        p.terminate()
 
 
 if __name__ == "__main__":

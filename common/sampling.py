@@ -26,6 +26,20 @@ class ContextLengthError(ValueError):
     """A prompt (plus max_tokens) does not fit the model's context; the request is rejected."""
 
 
+class UnsupportedParamError(ValueError):
+    """An engine cannot honour a sampling parameter (rather than silently ignoring it)."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(param, message)  # both in args, so it pickles across Ray
+        self.param = param
+
+    def __str__(self) -> str:
+        return self.args[1]
+
+
+MAX_LOGPROBS = 20  # top logprobs per token, as vLLM's default max_logprobs and OpenAI's top_logprobs
+
+
 def _compiles(pattern: str) -> bool:
     try:
         regex.compile(pattern)
@@ -47,6 +61,9 @@ class SamplingParams:
     # Structured output: every completion matches this regex (vLLM: structured_outputs=
     # StructuredOutputsParams(regex=...)); None = unconstrained.
     regex: str | None = None
+    # Log-probabilities per completion token (vLLM's name): None = off; k = the sampled token's
+    # and the k most likely tokens' (0 = the sampled token's alone).
+    logprobs: int | None = None
 
     def __post_init__(self):
         stop = self.stop
@@ -68,6 +85,8 @@ class SamplingParams:
             ("seed", self.seed is None or isinstance(self.seed, int), "an integer or None"),
             ("regex", self.regex is None or (isinstance(self.regex, str) and _compiles(self.regex)),
              "None or a valid regular expression"),
+            ("logprobs", self.logprobs is None or (isinstance(self.logprobs, int) and 0 <= self.logprobs <= MAX_LOGPROBS),
+             f"None or an integer in [0, {MAX_LOGPROBS}]"),
         ]
         for name, ok, want in checks:
             if not ok:
@@ -98,6 +117,9 @@ class Completion:
     completion_tokens: int
     model_version: str | None = None  # registry version (or checkpoint name) that produced it
     extra: dict[str, Any] = field(default_factory=dict)  # engine-specific details
+    # With SamplingParams.logprobs: one entry per completion token, in OpenAI chat's shape
+    # {"token", "logprob", "bytes", "top_logprobs": [{"token", "logprob", "bytes"}, ...]}.
+    logprobs: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

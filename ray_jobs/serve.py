@@ -3,9 +3,13 @@
     # local: a checkpoint dir, or a registry version of an experiment
     ratchet serve --model ~/.ratchet/models/seed-tiny-<hash> --port 8000
     ratchet serve --experiment tpo-demo --reasoning 'Work:' 'So:'   # thought -> reasoning_content
-    RATCHET_API_KEY=sekret ratchet serve --experiment demo --version v2 --api-key-env RATCHET_API_KEY
+    RATCHET_API_KEY=$(openssl rand -hex 32) ratchet serve --experiment demo --version v2   # bearer token
+    RATCHET_API_KEY_FILE=/run/secrets/ratchet ratchet serve --model PATH --host 0.0.0.0   # a 0400 file
+    ratchet serve --model PATH --limits '{"max_n": 16, "max_body_bytes": 65536}'         # request caps
     curl localhost:8000/v1/completions -H 'Content-Type: application/json' \
         -d '{"prompt": "map 3 1 4 =>", "n": 4, "max_tokens": 8}'
+    curl -N localhost:8000/v1/completions -H 'Content-Type: application/json' \
+        -d '{"prompt": "map 3 1 4 =>", "stream": true}'                       # server-sent events
 
     # on a cluster (GPU actors when the cluster has GPUs; --engine vllm on GPU nodes)
     ray job submit --working-dir . -- python -m ray_jobs.serve --experiment demo --actors 4 --engine vllm
@@ -14,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 
@@ -23,6 +28,13 @@ from ray import serve
 from search.engines import ENGINES
 from search.pool import PoolConfig
 from search.serve import ServeSettings, build_serve_app
+from search.serve.guard import (
+    API_KEY_ENV,
+    API_KEY_FILE_ENV,
+    api_key_from_environment,
+    read_api_key_file,
+)
+from search.serve.limits import ServeLimits
 from search.serve.protocol import ReasoningSplit
 
 APP_NAME = "ratchet"
@@ -57,7 +69,13 @@ def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
     parser.add_argument("--reasoning", nargs=2, metavar=("THOUGHT_MARKER", "RESPONSE_MARKER"),
                         help="a thinking model: chat answers carry the thought in reasoning_content "
                              "and the response in content (e.g. --reasoning 'Work:' 'So:')")
-    parser.add_argument("--api-key-env", help="environment variable holding the bearer token to require")
+    parser.add_argument("--api-key-env", help=f"environment variable holding the bearer token to require "
+                                              f"(default: ${API_KEY_ENV}, or the file named by ${API_KEY_FILE_ENV})")
+    parser.add_argument("--api-key-file", help="file holding the bearer token, readable by its owner only (chmod 400)")
+    parser.add_argument("--allow-no-auth", action="store_true",
+                        help="serve a non-loopback --host without an API key (anyone who reaches it may sample)")
+    parser.add_argument("--limits", default="{}",
+                        help='JSON object of request caps (search/serve/limits.py), e.g. \'{"max_n": 16}\'')
     args = parser.parse_args(argv)
     if args.version and not args.experiment:
         parser.error("--version needs --experiment")
@@ -65,17 +83,44 @@ def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
         engine_kwargs = json.loads(args.engine_kwargs)
     except ValueError as e:
         parser.error(f"--engine-kwargs is not JSON: {e}")
-    api_key = None
-    if args.api_key_env:
-        api_key = os.environ.get(args.api_key_env)
-        if not api_key:
-            parser.error(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
+    try:
+        limits = ServeLimits.from_dict(json.loads(args.limits))
+    except (ValueError, TypeError) as e:
+        parser.error(f"--limits: {e}")
+    try:
+        api_key = _api_key(args)
+    except ValueError as e:
+        parser.error(str(e))
+    if api_key is None and not _loopback(args.host) and not args.allow_no_auth:
+        parser.error(f"--host {args.host} accepts other machines, and no API key is set: set ${API_KEY_ENV} "
+                     f"(or ${API_KEY_FILE_ENV}, --api-key-env, --api-key-file), or pass --allow-no-auth")
     pool = PoolConfig(engine=args.engine, engine_kwargs=engine_kwargs, num_actors=args.actors,
                       num_cpus_per_actor=args.cpus_per_actor, experiment=args.experiment)
     settings = ServeSettings(pool=pool, checkpoint=args.model, version=args.version,
-                             model_name=args.model_name, api_key=api_key,
+                             model_name=args.model_name, api_key=api_key, limits=limits,
                              reasoning=ReasoningSplit(*args.reasoning) if args.reasoning else None)
     return settings, args.host, args.port
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    if args.api_key_env and args.api_key_file:
+        raise ValueError("give one of --api-key-env and --api-key-file")
+    if args.api_key_file:
+        return read_api_key_file(args.api_key_file)
+    if args.api_key_env:
+        if not os.environ.get(args.api_key_env):
+            raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is empty or unset")
+        return os.environ[args.api_key_env]
+    return api_key_from_environment()
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import RayActorError, RayTaskError, TaskCancelledError
 
 from common.sampling import Completion, Prompt, SamplingParams, check_counts
 from search.engines import engine_class, make_engine
@@ -65,6 +65,7 @@ class ActorStats:
     tokens_generated: int
     requests: int  # generate calls served
     running: int  # generate calls executing now (0 or 1)
+    cancelled: int  # generate calls skipped because their caller had gone (ray.cancel) before they began
     queue_depth: int  # requests sent to this actor and not yet answered
     restarts: int  # times this slot's actor was replaced after dying
     engine: dict[str, Any] = field(default_factory=dict)  # the engine's own stats(), if it has any (prefix cache)
@@ -82,6 +83,7 @@ class SamplerWorker:
         self.tokens_generated = 0
         self.requests = 0
         self.running = 0
+        self.cancelled = 0
         if checkpoint is not None:
             verify_files(checkpoint, files or {}, what=f"model version {version}")
             self.engine.load(checkpoint, version)
@@ -89,8 +91,15 @@ class SamplerWorker:
     def ready(self) -> str | None:
         return self.engine.version
 
+    def context_length(self) -> int | None:
+        return self.engine.context_length
+
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         with self._generate_lock:
+            if _cancelled():  # its caller went away while it waited for the engine: skip it
+                with self._stats_lock:
+                    self.cancelled += 1
+                raise TaskCancelledError()
             with self._stats_lock:
                 self.running += 1
             started = time.perf_counter()
@@ -116,8 +125,18 @@ class SamplerWorker:
         engine_stats = getattr(self.engine, "stats", None)  # plain counters: safe to read while it generates
         with self._stats_lock:
             return dict(version=self.engine.version, busy_s=self.busy_s, tokens_generated=self.tokens_generated,
-                        requests=self.requests, running=self.running,
+                        requests=self.requests, running=self.running, cancelled=self.cancelled,
                         engine=engine_stats() if callable(engine_stats) else {})
+
+
+def _cancelled() -> bool:
+    """Whether ray.cancel() was called on the Ray task running this code (False outside Ray)."""
+    if not ray.is_initialized():  # plain use (tests, scripts): get_runtime_context() would start Ray
+        return False
+    try:
+        return bool(ray.get_runtime_context().is_canceled())
+    except Exception:  # not inside a Ray task: nobody can cancel it
+        return False
 
 
 SamplerActor = ray.remote(SamplerWorker)
@@ -225,6 +244,11 @@ class SamplerPool:
         """Wait until every actor has loaded its model; returns their versions."""
         return list(await asyncio.gather(*(s.handle.ready.remote() for s in self.router.slots)))
 
+    async def context_length(self) -> int | None:
+        """The smallest context of the actors' models (None when no engine knows its own)."""
+        lengths = await asyncio.gather(*(s.handle.context_length.remote() for s in self.router.slots))
+        return min((n for n in lengths if n), default=None)
+
     async def submit(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         """One request on one actor: params.n completions per prompt. Survives actor deaths."""
         prompts = list(prompts)
@@ -232,8 +256,16 @@ class SamplerPool:
         for attempt in range(attempts):
             slot = await self.router.acquire()
             handle, generation = slot.handle, slot.generation
+            ref = None
             try:
-                results = await handle.generate.remote(prompts, params)
+                ref = handle.generate.remote(prompts, params)
+                results = await ref
+            except asyncio.CancelledError:
+                # The caller went away (a closed stream): a request queued on the actor is
+                # dropped, one waiting for the engine is skipped (SamplerWorker.generate).
+                if ref is not None:
+                    ray.cancel(ref)
+                raise
             except RayActorError as e:
                 self._replace(slot, generation)
                 if attempt == attempts - 1:
@@ -324,7 +356,7 @@ class SamplerPool:
         out = []
         for slot, r in zip(slots, raw, strict=True):
             if isinstance(r, BaseException):  # a dead actor reports nothing until replaced
-                r = dict(version=None, busy_s=0.0, tokens_generated=0, requests=0, running=0)
+                r = dict(version=None, busy_s=0.0, tokens_generated=0, requests=0, running=0, cancelled=0)
             out.append(ActorStats(index=slot.index, queue_depth=slot.inflight, restarts=slot.restarts, **r))
         return out
 

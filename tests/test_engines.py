@@ -143,21 +143,24 @@ def _completion_body(n: int, prompts: int) -> dict:
     }
 
 
-def _mock_engine(script: list[int], **kwargs) -> tuple[OpenAIEngine, list[dict]]:
-    """An engine whose server answers with the scripted statuses, then successes."""
+def _mock_engine(script: list, **kwargs) -> tuple[OpenAIEngine, list[dict]]:
+    """An engine whose server answers with the scripted statuses (or (status, headers)), then
+    successes. Errors say Retry-After 1 ms unless scripted otherwise, so the SDK's retries are quick."""
     seen: list[dict] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)
         seen.append(body)
-        status = script.pop(0) if script else 200
+        status, headers = (script.pop(0) if script else 200), {"retry-after-ms": "1"}
+        if isinstance(status, tuple):
+            status, headers = status
         if status == 200:
             return httpx.Response(200, json=_completion_body(body["n"], len(body["prompt"])))
         message = "maximum context length exceeded" if status == 400 else "busy"
-        return httpx.Response(status, json={"error": {"message": message, "type": "x"}})
+        return httpx.Response(status, headers=headers, json={"error": {"message": message, "type": "x"}})
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    engine = OpenAIEngine("http://mock/v1", model="m", backoff_s=0.0, http_client=client, **kwargs)
+    engine = OpenAIEngine("http://mock/v1", model="m", http_client=client, **kwargs)
     return engine, seen
 
 
@@ -177,6 +180,23 @@ def test_openai_engine_gives_up_after_max_retries():
     with pytest.raises(openai.InternalServerError):
         engine.generate(["a"], SamplingParams())
     assert len(seen) == 3
+
+
+def test_openai_engine_retries_follow_the_servers_retry_headers():
+    """The SDK's retries (not a hand-written loop): a Retry-After beyond its two-minute cap,
+    or x-should-retry: false, means the server asks not to be retried now."""
+    import openai
+
+    engine, seen = _mock_engine([(429, {"retry-after": "3600"})])
+    with pytest.raises(openai.RateLimitError):
+        engine.generate(["a"], SamplingParams())
+    assert len(seen) == 1
+    engine, seen = _mock_engine([(503, {"x-should-retry": "false"})])
+    with pytest.raises(openai.InternalServerError):
+        engine.generate(["a"], SamplingParams())
+    assert len(seen) == 1
+    engine, seen = _mock_engine([(409, {"retry-after-ms": "1"})])  # lock timeouts are retried too
+    assert engine.generate(["a"], SamplingParams())[0][0].text == "t0" and len(seen) == 2
 
 
 def test_openai_engine_maps_context_errors_and_does_not_retry_400():
@@ -216,6 +236,31 @@ def test_regex_constrains_every_transformers_sample(engine):
 def test_openai_engine_sends_the_regex_as_vllm_structured_outputs():
     args = OpenAIEngine(base_url="http://127.0.0.1:1/v1", model="m")._request_args(SamplingParams(regex="a+"))
     assert args["extra_body"] == {"structured_outputs": {"regex": "a+"}}
+
+
+def test_logprobs_are_the_models_own_for_each_completion_token(engine):
+    """Raw log-probabilities (before temperature and masks, as vLLM's default): one entry per
+    completion token, the sampled token's plus the k most likely, on both generate paths."""
+    import math
+
+    greedy = engine.generate(PROMPTS[:2], SamplingParams(temperature=0, max_tokens=8, logprobs=3))
+    shared = engine.generate(PROMPTS[:1], SamplingParams(n=2, temperature=0.01, max_tokens=8, seed=0, logprobs=3))
+    for c in [row[0] for row in greedy] + shared[0]:
+        assert len(c.logprobs) == c.completion_tokens
+        assert "".join(e["token"] for e in c.logprobs).startswith(c.text)
+        for e in c.logprobs:
+            assert e["logprob"] <= 0 and len(e["top_logprobs"]) == 3
+            assert e["top_logprobs"][0]["token"] == e["token"]  # greedy: the sampled token is the most likely
+            assert e["bytes"] == list(e["token"].encode())
+            probs = [math.exp(t["logprob"]) for t in e["top_logprobs"]]
+            assert probs == sorted(probs, reverse=True) and sum(probs) <= 1 + 1e-5
+    # raw logprobs do not depend on the temperature: the shared-prefill samples score as greedy does
+    assert [e["token"] for e in shared[0][0].logprobs] == [e["token"] for e in greedy[0][0].logprobs]
+    assert [e["logprob"] for e in shared[0][0].logprobs] == pytest.approx([e["logprob"] for e in greedy[0][0].logprobs],
+                                                                          abs=1e-4)
+    regex_lp = engine.generate(PROMPTS[:1], SamplingParams(temperature=0, max_tokens=8, logprobs=0, regex="( [0-4])"))
+    assert regex_lp[0][0].logprobs[1]["top_logprobs"] == []  # 0: the sampled token's alone
+    assert engine.generate(PROMPTS[:1], GREEDY)[0][0].logprobs is None  # off unless asked for
 
 
 def test_samples_sharing_a_prefill_continue_the_prompt_correctly(engine):

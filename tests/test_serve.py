@@ -3,6 +3,8 @@ service (`ray_jobs.serve.run` on Ray Serve + SamplerPool) driven by the `openai`
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 
 import httpx
@@ -16,6 +18,8 @@ from search.engines.openai_engine import OpenAIEngine
 from search.pool import PoolConfig
 from search.serve import ServeSettings
 from search.serve.app import build_app
+from search.serve.guard import api_key_digest
+from search.serve.limits import ServeLimits
 
 KEY = "test-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -29,24 +33,46 @@ def models(tmp_path_factory):
 # --- HTTP behaviour, no Ray ------------------------------------------------------------
 
 class EchoBackend:
-    """Answers each prompt with its own text; prompts containing 'LONG' exceed the context."""
+    """Answers each prompt with its own text; prompts containing 'LONG' exceed the context,
+    'BOOM' fails inside the backend. Remembers the last SamplingParams it was given."""
 
     version = "v7"
+    context_length = 100
+
+    def __init__(self):
+        self.params: SamplingParams | None = None
 
     async def generate(self, prompts, params: SamplingParams):
+        self.params = params
         rows = []
         for i, p in enumerate(prompts):
             text = p if isinstance(p, str) else p[-1]["content"]
             if "LONG" in text:
                 raise ContextLengthError(f"prompt {i} has 5000 tokens ... maximum context length of 2048 tokens")
+            if "BOOM" in text:
+                raise RuntimeError("secret internal detail at /srv/ratchet/engine.py line 7")
             rows.append([Completion(text[: params.max_tokens], "length", 3, params.max_tokens, "v7")
                          for _ in range(params.n)])
         return rows
 
+    async def stream(self, prompts, params: SamplingParams):
+        for i, p in enumerate(prompts):  # one prompt at a time, as the pool's requests finish
+            yield i, (await self.generate([p], params))[0]
+
+
+LIMITS = ServeLimits(max_n=4, max_prompts=3, max_stop=2, max_stop_chars=5, max_logprobs=3, max_search_k=4,
+                     max_search_verify=2, max_search_k_tie=2, max_body_bytes=2000)
+
 
 @pytest.fixture
-def client():
-    return TestClient(build_app(EchoBackend(), model_name="tiny", api_key=KEY, chat_max_tokens=5))
+def backend():
+    return EchoBackend()
+
+
+@pytest.fixture
+def client(backend):
+    return TestClient(build_app(backend, model_name="tiny", api_key=KEY, chat_max_tokens=5, limits=LIMITS),
+                      raise_server_exceptions=False)
 
 
 def test_requests_without_the_bearer_token_get_401(client):
@@ -59,6 +85,28 @@ def test_requests_without_the_bearer_token_get_401(client):
         "version": "v7"}
 
 
+def test_the_token_is_checked_before_the_body_is_parsed(client):
+    r = client.post("/v1/completions", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert r.status_code == 401  # not a 400 about the JSON: the body was never read
+    assert client.post("/v1/completions", content=b"{not json", headers=AUTH | {"Content-Type": "application/json"}
+                       ).status_code == 400
+
+
+def test_docs_and_openapi_need_the_token_and_health_does_not(client):
+    for path in ("/docs", "/openapi.json", "/redoc"):
+        assert client.get(path).status_code == 401, path
+    assert client.get("/openapi.json", headers=AUTH).json()["info"]["title"] == "ratchet"
+    assert client.get("/docs", headers=AUTH).status_code == 200
+    assert client.get("/health").json() == {"status": "ok"}
+
+
+def test_unknown_routes_get_openai_shaped_404(client):
+    r = client.post("/v1/embeddings", json={"input": "x"}, headers=AUTH)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found" and "/v1/embeddings" in r.text
+    r = client.get("/v1/completions", headers=AUTH)
+    assert r.status_code == 405 and r.json()["error"]["type"] == "invalid_request_error"
+
+
 def test_no_token_configured_means_open_access():
     open_client = TestClient(build_app(EchoBackend(), model_name="tiny"))
     assert open_client.post("/v1/completions", json={"prompt": "abc"}).status_code == 200
@@ -69,15 +117,120 @@ def test_no_token_configured_means_open_access():
     ({"prompt": "x", "temperature": -1}, "SamplingParams.temperature=-1"),
     ({"prompt": "x", "top_p": 2}, "SamplingParams.top_p=2"),
     ({"prompt": "x", "max_tokens": 0}, "SamplingParams.max_tokens=0"),
-    ({"prompt": "x", "stream": True}, "stream=true is not supported"),
     ({"prompt": "x", "n": "many"}, "invalid request: n:"),
     ({"n": 1}, "invalid request: prompt:"),
     ({"prompt": []}, "prompt is an empty list"),
+    ({"prompt": "x", "structured_outputs": {"regex": "(unclosed"}}, "SamplingParams.regex="),
 ])
 def test_invalid_parameters_get_400_with_a_message(client, body, needle):
     r = client.post("/v1/completions", json=body, headers=AUTH)
     assert r.status_code == 400, r.text
     assert needle in r.json()["error"]["message"]
+
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize("route,extra,param", [
+    ("completions", {"logit_bias": {"50256": -100}}, "logit_bias"),
+    ("completions", {"presence_penalty": 0.5}, "presence_penalty"),
+    ("completions", {"frequency_penalty": 1.0}, "frequency_penalty"),
+    ("completions", {"echo": True}, "echo"),
+    ("completions", {"suffix": "}"}, "suffix"),
+    ("completions", {"best_of": 3}, "best_of"),
+    ("completions", {"guided_regex": "a+"}, "guided_regex"),  # vLLM's older spelling: unknown here
+    ("completions", {"stream_options": {"include_usage": True}}, "stream_options"),  # without stream
+    ("completions", {"structured_outputs": {"json": {"type": "object"}}}, "structured_outputs.json"),
+    ("chat/completions", {"response_format": {"type": "json_object"}}, "response_format"),
+    ("chat/completions", {"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+    ("chat/completions", {"tool_choice": "required"}, "tool_choice"),
+    ("chat/completions", {"top_logprobs": 2}, "top_logprobs"),  # without logprobs
+    ("chat/completions", {"stream": True, "stream_options": {"continuous_usage_stats": True}},
+     "stream_options.continuous_usage_stats"),
+    ("chat/completions", {"stream": True, "search": {"k": 2}}, "stream"),
+])
+def test_fields_that_would_be_ignored_are_refused_naming_the_field(client, route, extra, param):
+    body = (CHAT if route.startswith("chat") else {"prompt": "x"}) | extra
+    r = client.post(f"/v1/{route}", json=body, headers=AUTH)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and error["type"] == "invalid_request_error" and param in error["message"]
+
+
+def test_fields_at_their_no_op_values_are_accepted(client):
+    neutral = {"presence_penalty": 0, "frequency_penalty": 0.0, "logit_bias": {}, "tools": [], "tool_choice": "none",
+               "response_format": {"type": "text"}, "user": "u-1", "parallel_tool_calls": True}
+    assert client.post("/v1/chat/completions", json=CHAT | neutral, headers=AUTH).status_code == 200
+    assert client.post("/v1/completions", json={"prompt": "x", "echo": False, "best_of": 2, "n": 2},
+                       headers=AUTH).status_code == 200
+
+
+def test_structured_outputs_and_logprobs_reach_the_sampling_params(client, backend):
+    client.post("/v1/completions", json={"prompt": "x", "structured_outputs": {"regex": "( [0-4]){2}"},
+                                         "logprobs": 2}, headers=AUTH)
+    assert (backend.params.regex, backend.params.logprobs) == ("( [0-4]){2}", 2)
+    client.post("/v1/chat/completions", json=CHAT | {"structured_outputs": {"choice": ["yes", "n.o"]},
+                                                     "logprobs": True}, headers=AUTH)
+    assert (backend.params.regex, backend.params.logprobs) == (r"(yes|n\.o)", 0)
+    client.post("/v1/chat/completions", json=CHAT | {"logprobs": True, "top_logprobs": 3}, headers=AUTH)
+    assert backend.params.logprobs == 3
+    client.post("/v1/chat/completions", json=CHAT, headers=AUTH)
+    assert (backend.params.regex, backend.params.logprobs) == (None, None)
+
+
+def test_chat_content_parts_are_joined_and_other_parts_refused(client):
+    parts = {"messages": [{"role": "user", "content": [{"type": "text", "text": "ab"}, {"type": "text", "text": "c"}]}]}
+    r = client.post("/v1/chat/completions", json=parts, headers=AUTH)
+    assert r.json()["choices"][0]["message"]["content"] == "abc"
+    image = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}
+    r = client.post("/v1/chat/completions", json=image, headers=AUTH)
+    assert r.status_code == 400 and "text content parts" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("route,extra,param,code", [
+    ("completions", {"n": 5}, "n", "integer_above_max_value"),
+    ("completions", {"prompt": ["a", "b", "c", "d"]}, "prompt", "array_above_max_length"),
+    ("completions", {"max_tokens": 101}, "max_tokens", "integer_above_max_value"),  # the model's context is 100
+    ("chat/completions", {"max_completion_tokens": 101}, "max_completion_tokens", "integer_above_max_value"),
+    ("completions", {"stop": ["a", "b", "c"]}, "stop", "array_above_max_length"),
+    ("completions", {"stop": "toolong"}, "stop", "string_above_max_length"),
+    ("completions", {"logprobs": 4}, "logprobs", "integer_above_max_value"),
+    ("chat/completions", {"logprobs": True, "top_logprobs": 4}, "top_logprobs", "integer_above_max_value"),
+    ("chat/completions", {"search": {"k": 5}}, "search.k", "integer_above_max_value"),
+    ("chat/completions", {"search": {"verify": 3}}, "search.verify", "integer_above_max_value"),
+    ("chat/completions", {"search": {"k_tie": 3}}, "search.k_tie", "integer_above_max_value"),
+    ("chat/completions", {"search": {"verify_max_tokens": 101}}, "search.verify_max_tokens", "integer_above_max_value"),
+])
+def test_each_limit_is_a_400_naming_the_field(client, route, extra, param, code):
+    body = (CHAT if route.startswith("chat") else {"prompt": "x"}) | extra
+    r = client.post(f"/v1/{route}", json=body, headers=AUTH)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert (error["param"], error["code"]) == (param, code) and "limit" in error["message"]
+
+
+def test_a_body_over_the_limit_is_413_before_it_is_parsed(client):
+    big = b'{"prompt": "' + b"x" * 3000 + b'"}'
+    r = client.post("/v1/completions", content=big, headers=AUTH | {"Content-Type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"]["param"] == "body" and "2000" in r.json()["error"]["message"]
+
+    def chunked():  # no Content-Length: counted as it arrives
+        yield b'{"prompt": "'
+        for _ in range(30):
+            yield b"x" * 100
+        yield b'"}'
+
+    r = client.post("/v1/completions", content=chunked(), headers=AUTH | {"Content-Type": "application/json"})
+    assert r.status_code == 413
+    assert client.post("/v1/completions", json={"prompt": "x" * 100}, headers=AUTH).status_code == 200
+
+
+def test_500_bodies_do_not_echo_the_exception(client):
+    r = client.post("/v1/completions", json={"prompt": "BOOM"}, headers=AUTH)
+    assert r.status_code == 500
+    error = r.json()["error"]
+    assert error["type"] == "server_error" and "incident" in error["message"]
+    assert "secret" not in r.text and "/srv" not in r.text and "RuntimeError" not in r.text
 
 
 def test_unknown_model_gets_404(client):
@@ -105,6 +258,39 @@ def test_completion_and_chat_responses_have_openai_shape(client):
     assert r.status_code == 400
 
 
+def _events(response) -> list:
+    lines = [line for line in response.text.split("\n") if line]
+    assert all(line.startswith("data: ") for line in lines), lines
+    return [line[6:] if line == "data: [DONE]" else json.loads(line[6:]) for line in lines]
+
+
+def test_streams_are_server_sent_openai_chunks_with_indexes_and_usage(client):
+    r = client.post("/v1/completions", headers=AUTH, json={"prompt": ["ab", "cd"], "n": 2, "max_tokens": 4,
+                                                           "stream": True, "stream_options": {"include_usage": True}})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+    events = _events(r)
+    assert events[-1] == "[DONE]"
+    chunks, usage = events[:-2], events[-2]
+    assert {(c["choices"][0]["index"], c["choices"][0]["text"]) for c in chunks} == {
+        (0, "ab"), (1, "ab"), (2, "cd"), (3, "cd")}
+    assert all(c["object"] == "text_completion" and c["usage"] is None for c in chunks)
+    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 6, "completion_tokens": 16,
+                                                         "total_tokens": 22}
+    chat = _events(client.post("/v1/chat/completions", headers=AUTH, json=CHAT | {"n": 2, "stream": True}))
+    assert chat[-1] == "[DONE]" and all("usage" not in c for c in chat[:-1])
+    deltas = [(c["choices"][0]["index"], c["choices"][0]["delta"], c["choices"][0]["finish_reason"]) for c in chat[:-1]]
+    assert deltas == [(0, {"role": "assistant", "content": "hi"}, None), (0, {}, "length"),
+                      (1, {"role": "assistant", "content": "hi"}, None), (1, {}, "length")]
+
+
+def test_a_stream_that_fails_before_its_first_chunk_is_an_http_error_and_later_an_error_event(client):
+    r = client.post("/v1/completions", json={"prompt": ["LONG", "ok"], "stream": True}, headers=AUTH)
+    assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
+    events = _events(client.post("/v1/completions", json={"prompt": ["ok", "BOOM"], "stream": True}, headers=AUTH))
+    assert events[0]["choices"][0]["text"] == "ok"
+    assert events[-1]["error"]["type"] == "server_error" and "secret" not in json.dumps(events)
+
+
 # --- the real service ------------------------------------------------------------------
 
 def _free_port() -> int:
@@ -129,7 +315,7 @@ def service(ray_local, redis_server, models):
     registry.publish(models["trained"], parent="v0")
     settings = ServeSettings(
         pool=PoolConfig(num_actors=1, num_cpus_per_actor=0.5, engine_kwargs={"num_threads": 1},
-                        experiment=experiment),
+                        experiment=experiment, prompts_per_request=2),
         model_name="tiny", api_key=KEY,
     )
     url = run(settings, host="127.0.0.1", port=_free_port(), blocking=False)
@@ -187,13 +373,175 @@ def test_chat_search_extension_answers_with_the_selected_candidate(service):
     assert bad.status_code == 400 and "search.k" in bad.json()["error"]["message"]
 
 
+def _stats(service: str) -> list[dict]:
+    return httpx.get(service.removesuffix("/v1") + "/stats", headers=AUTH).json()["actors"]
+
+
+def test_the_openai_client_streams_from_the_service_sync(service):
+    client = openai.OpenAI(base_url=service, api_key=KEY, max_retries=0)
+    prompts = ["map 3 1 4 =>", "map 7 =>", "map 2 5 =>"]
+    texts: dict[int, str] = {}
+    finish: dict[int, str] = {}
+    usage = None
+    for chunk in client.completions.create(model="tiny", prompt=prompts, n=2, max_tokens=8, temperature=0,
+                                           stream=True, stream_options={"include_usage": True}):
+        for c in chunk.choices:
+            texts[c.index] = texts.get(c.index, "") + c.text
+            finish[c.index] = c.finish_reason or finish.get(c.index)
+        usage = chunk.usage or usage
+    assert texts == {2 * i + k: expected(p) for i, p in enumerate(prompts) for k in range(2)}
+    assert set(finish.values()) == {"stop"}
+    assert usage.completion_tokens == 6 * 3 and usage.prompt_tokens > 0  # space, digit, EOS each
+    plain = client.completions.create(model="tiny", prompt=prompts, n=2, max_tokens=8, temperature=0)
+    assert [c.text for c in plain.choices] == [texts[i] for i in range(6)]
+
+    messages = [{"role": "user", "content": "map 1 =>"}]
+    whole = client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0, n=2)
+    content: dict[int, str] = {}
+    for chunk in client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, temperature=0, n=2,
+                                                stream=True):
+        for c in chunk.choices:
+            content[c.index] = content.get(c.index, "") + (c.delta.content or "")
+    assert content == {i: c.message.content for i, c in enumerate(whole.choices)}
+
+
+def test_the_openai_client_streams_from_the_service_async(service):
+    async def run():
+        client = openai.AsyncOpenAI(base_url=service, api_key=KEY, max_retries=0)
+        stream = await client.chat.completions.create(
+            model="tiny", messages=[{"role": "user", "content": "map 4 =>"}], max_tokens=6, temperature=0,
+            stream=True, stream_options={"include_usage": True})
+        chunks = [chunk async for chunk in stream]
+        plain = await client.completions.create(model="tiny", prompt="map 4 =>", max_tokens=8, temperature=0)
+        streamed = [c async for c in await client.completions.create(
+            model="tiny", prompt="map 4 =>", max_tokens=8, temperature=0, stream=True)]
+        await client.close()
+        return chunks, plain, streamed
+
+    chunks, plain, streamed = asyncio.run(run())
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices == [] and chunks[-1].usage.total_tokens > 0
+    assert [c.choices[0].finish_reason for c in chunks[:-1]][-1] in ("stop", "length")
+    assert plain.choices[0].text == expected("map 4 =>") == "".join(c.choices[0].text for c in streamed)
+
+
+def test_logprobs_come_back_in_openais_shapes(service):
+    client = openai.OpenAI(base_url=service, api_key=KEY, max_retries=0)
+    r = client.completions.create(model="tiny", prompt="map 3 1 4 =>", max_tokens=8, temperature=0, logprobs=2)
+    lp, text = r.choices[0].logprobs, r.choices[0].text
+    assert "".join(lp.tokens).startswith(text) and len(lp.tokens) == r.usage.completion_tokens
+    assert all(v <= 0 for v in lp.token_logprobs) and all(len(top) == 2 for top in lp.top_logprobs)
+    assert all(max(top.values()) >= v - 1e-6 for top, v in zip(lp.top_logprobs, lp.token_logprobs, strict=True))
+    assert lp.text_offset[:2] == [0, len(lp.tokens[0])]
+    chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "map 1 =>"}],
+                                          max_tokens=4, temperature=0, logprobs=True, top_logprobs=3)
+    content = chat.choices[0].logprobs.content
+    assert len(content) == chat.usage.completion_tokens and all(len(t.top_logprobs) == 3 for t in content)
+    assert content[0].top_logprobs[0].token == content[0].token  # greedy: the sampled token is the most likely
+    engine = OpenAIEngine(service, api_key=KEY, model="tiny")
+    c = engine.generate(["map 3 1 4 =>"], SamplingParams(temperature=0, max_tokens=8, logprobs=1))[0][0]
+    assert [e["token"] for e in c.logprobs] == lp.tokens and all(len(e["top_logprobs"]) == 1 for e in c.logprobs)
+
+
+def test_the_openai_engines_regex_is_applied_by_the_service(service):
+    """The engine sends structured_outputs.regex; the service constrains with it (it used to drop it)."""
+    import regex
+
+    pattern = "( [0-4]){2,3}"  # the trained model answers one digit, here 9
+    engine = OpenAIEngine(service, api_key=KEY, model="tiny")
+    rows = engine.generate(["map 3 1 4 =>"], SamplingParams(n=6, temperature=1.0, max_tokens=12, seed=0, regex=pattern))
+    assert all(regex.fullmatch(pattern, c.text) for c in rows[0]), [c.text for c in rows[0]]
+
+
+def test_a_client_that_goes_away_cancels_its_generation(service):
+    """Closing a stream cancels its prompts' requests still queued in the pool or on the actor.
+
+    Observed without timing: a request sent after the close queues behind whatever the
+    stream still holds (the pool's queue is FIFO), so when it returns, the stream's requests
+    that ran are counted; without cancellation that is all of them."""
+    requests = 32  # 64 prompts, 2 per request, each a forced 12-digit answer (25 tokens)
+    before = _stats(service)
+    body = {"model": "tiny", "prompt": [f"map {i % 10} =>" for i in range(2 * requests)], "max_tokens": 40,
+            "temperature": 1.0, "seed": 0, "stream": True, "structured_outputs": {"regex": "( [0-9]){12}"}}
+    with httpx.stream("POST", f"{service}/completions", json=body, headers=AUTH, timeout=120) as r:
+        assert r.status_code == 200
+        first = next(line for line in r.iter_lines() if line)
+        assert len(json.loads(first.removeprefix("data: "))["choices"][0]["text"].split()) == 12
+    follow = httpx.post(f"{service}/completions", headers=AUTH, timeout=120,
+                        json={"prompt": "map 4 =>", "max_tokens": 4, "temperature": 0})
+    assert follow.status_code == 200 and follow.json()["choices"][0]["text"] == expected("map 4 =>")
+    after = _stats(service)
+    ran = sum(a["requests"] for a in after) - sum(b["requests"] for b in before) - 1
+    assert 1 <= ran < requests
+    assert all(a["queue_depth"] == 0 for a in after)  # nothing left holding a slot
+
+
+def test_unknown_routes_and_docs_on_the_service(service):
+    root = service.removesuffix("/v1")
+    r = httpx.post(f"{service}/embeddings", headers=AUTH, json={"input": "x"})
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    assert httpx.get(f"{root}/docs").status_code == 401 and httpx.get(f"{root}/openapi.json").status_code == 401
+    assert httpx.get(f"{root}/openapi.json", headers=AUTH).status_code == 200
+    assert httpx.get(f"{root}/health").status_code == 200
+
+
+def test_the_api_key_never_enters_rays_cluster_state(service):
+    """Replicas get the key's SHA-256 only: Serve's stored state holds the digest, never the key."""
+    import pickle
+
+    from ray.experimental.internal_kv import _internal_kv_get, _internal_kv_list
+
+    blobs = [_internal_kv_get(k, namespace=b"serve") or b"" for k in _internal_kv_list(b"", namespace=b"serve")]
+    assert any(api_key_digest(KEY).encode() in b for b in blobs)  # the scan does see the init args
+    assert not any(KEY.encode() in b for b in blobs)
+    assert KEY.encode() not in pickle.dumps(ServeSettings(checkpoint="/ckpt", api_key=KEY))
+
+
+def test_cli_refuses_a_non_loopback_host_without_a_key(monkeypatch, tmp_path):
+    from ray_jobs.serve import parse
+
+    monkeypatch.delenv("RATCHET_API_KEY", raising=False)
+    monkeypatch.delenv("RATCHET_API_KEY_FILE", raising=False)
+    with pytest.raises(SystemExit):
+        parse(["--model", "/ckpt", "--host", "0.0.0.0"])
+    assert parse(["--model", "/ckpt", "--host", "0.0.0.0", "--allow-no-auth"])[0].api_key_sha256 is None
+    assert parse(["--model", "/ckpt", "--host", "127.0.0.1"])[0].api_key_sha256 is None
+    monkeypatch.setenv("RATCHET_API_KEY", "k1")
+    assert parse(["--model", "/ckpt", "--host", "0.0.0.0"])[0].api_key_sha256 == api_key_digest("k1")
+
+
+def test_cli_reads_the_key_from_an_owner_only_file(monkeypatch, tmp_path):
+    from ray_jobs.serve import parse
+
+    monkeypatch.delenv("RATCHET_API_KEY", raising=False)
+    key_file = tmp_path / "key"
+    key_file.write_text("from-file\n")
+    key_file.chmod(0o644)
+    with pytest.raises(SystemExit):  # others could read it
+        parse(["--model", "/ckpt", "--api-key-file", str(key_file)])
+    key_file.chmod(0o400)
+    assert parse(["--model", "/ckpt", "--api-key-file", str(key_file)])[0].api_key_sha256 == api_key_digest("from-file")
+    monkeypatch.setenv("RATCHET_API_KEY_FILE", str(key_file))
+    assert parse(["--model", "/ckpt", "--host", "0.0.0.0"])[0].api_key_sha256 == api_key_digest("from-file")
+
+
+def test_cli_parses_limits():
+    from ray_jobs.serve import parse
+
+    settings = parse(["--model", "/ckpt", "--limits", '{"max_n": 8, "max_body_bytes": 4096}'])[0]
+    assert (settings.limits.max_n, settings.limits.max_body_bytes, settings.limits.max_prompts) == (8, 4096, 64)
+    with pytest.raises(SystemExit):
+        parse(["--model", "/ckpt", "--limits", '{"max_m": 8}'])
+
+
 def test_cli_parses_serve_arguments(monkeypatch):
     from ray_jobs.serve import parse
 
     monkeypatch.setenv("MY_KEY", "s3")
     settings, host, port = parse(["--experiment", "demo", "--version", "v2", "--api-key-env", "MY_KEY",
                                   "--actors", "2", "--port", "9001"])
-    assert (settings.api_key, settings.version, settings.pool.num_actors, port) == ("s3", "v2", 2, 9001)
+    assert (settings.api_key_sha256, settings.version, settings.pool.num_actors, port) == (
+        api_key_digest("s3"), "v2", 2, 9001)
     assert settings.served_name == "demo" and "s3" not in repr(settings)
     with pytest.raises(SystemExit):
         parse(["--model", "/ckpt", "--version", "v1"])
@@ -205,6 +553,7 @@ def test_thinking_model_answers_with_reasoning_content_switchable():
     from search.serve.protocol import ReasoningSplit
 
     class Thinker(EchoBackend):
+        context_length = None  # no cap: chat's default max_tokens (256) stands
         async def generate(self, prompts, params):
             return [[Completion("Work: 3+4=7. So: 7", "stop", 3, 9, "v7")] for _ in prompts]
 

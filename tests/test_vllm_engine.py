@@ -133,6 +133,20 @@ def test_regex_goes_as_structured_outputs(engine, vllm):
     assert sent.structured_outputs.regex == "( [0-4]){2,3}"
 
 
+def test_logprobs_map_vllms_ranked_candidates_to_openai_entries(engine, vllm):
+    """vLLM returns, per token, the k most likely plus the sampled token with their ranks."""
+    row = engine.generate(["a"], SamplingParams(n=2, temperature=1.0, max_tokens=8, seed=1, logprobs=2))[0]
+    assert engine.llm.requests[-1][1].logprobs == 2
+    for c in row:
+        assert len(c.logprobs) == len(engine.tokenizer(c.text, add_special_tokens=False)["input_ids"])
+        assert "".join(e["token"] for e in c.logprobs) == c.text
+        for e in c.logprobs:
+            assert e["logprob"] == -9.0 and [t["logprob"] for t in e["top_logprobs"]] == [-0.5, -1.0]
+    greedy = engine.generate(["a"], SamplingParams(n=2, temperature=0, max_tokens=8, logprobs=0))[0]
+    assert greedy[1].logprobs == greedy[0].logprobs and greedy[0].logprobs[0]["top_logprobs"] == []
+    assert engine.generate(["a"], SamplingParams(max_tokens=8))[0][0].logprobs is None
+
+
 def test_regex_outside_vllms_dialect_fails_before_sending(engine):
     params = SamplingParams(max_tokens=4, regex=r"(?=a)a+")  # Python's regex module accepts it
     with pytest.raises(ValueError, match=r"SamplingParams.regex=.*lookahead or lookbehind"):

@@ -38,6 +38,7 @@ from common.sampling import (
     truncate_at_stop,
 )
 from search.engines.base import default_version
+from search.engines.logprobs import generate_kwargs, split_output
 from search.engines.prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_MAX_BYTES, PrefixCache
 from search.engines.regex_constraint import RegexLogitsProcessor, TokenRegex
 
@@ -154,7 +155,8 @@ class TransformersEngine:
             generation_config=self._generation_config(params), tokenizer=self.tokenizer if params.stop else None,
             logits_processor=self._processors(params, len(prompt_ids)),
         )
-        return [self._completion(row, len(prompt_ids), params) for row in out[:, len(prompt_ids):].tolist()]
+        rows, logprobs = split_output(out, len(prompt_ids), params, self.tokenizer)
+        return [self._completion(row, len(prompt_ids), params, logprobs and logprobs[r]) for r, row in enumerate(rows)]
 
     def _cache_arg(self) -> str:
         # transformers 5.2x renamed past_key_values to cache; the GPU set (vLLM's pin) has the old name.
@@ -256,8 +258,9 @@ class TransformersEngine:
             generation_config=self._generation_config(params), tokenizer=tok if params.stop else None,
             logits_processor=self._processors(params, width),
         )
-        generated = out[:, width:].tolist()
-        return [self._completion(row, len(x), params) for row, x in zip(generated, batch, strict=True)]
+        generated, logprobs = split_output(out, width, params, tok)
+        return [self._completion(row, len(x), params, logprobs and logprobs[r])
+                for r, (row, x) in enumerate(zip(generated, batch, strict=True))]
 
     def stats(self) -> dict[str, Any]:
         """The prefix cache's counters: hit_rate = prompt tokens reused / prompt tokens, bytes held."""
@@ -273,8 +276,9 @@ class TransformersEngine:
             input_ids=input_ids, attention_mask=mask, generation_config=self._generation_config(params),
             tokenizer=tok if params.stop else None, logits_processor=self._processors(params, width),
         )
-        generated = out[:, width:].tolist()
-        return [self._completion(row, len(x), params) for row, x in zip(generated, batch, strict=True)]
+        generated, logprobs = split_output(out, width, params, tok)
+        return [self._completion(row, len(x), params, logprobs and logprobs[r])
+                for r, (row, x) in enumerate(zip(generated, batch, strict=True))]
 
     def _generation_config(self, params: SamplingParams):
 
@@ -288,7 +292,7 @@ class TransformersEngine:
             top_k=params.top_k if not params.greedy else None,
             min_p=(params.min_p or None) if not params.greedy else None,
             eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-            stop_strings=list(params.stop) or None,
+            stop_strings=list(params.stop) or None, **generate_kwargs(params),
         )
 
     def _processors(self, params: SamplingParams, prompt_width: int):
@@ -302,7 +306,8 @@ class TransformersEngine:
             self._constraints[params.regex] = TokenRegex(params.regex, self.tokenizer)
         return LogitsProcessorList([RegexLogitsProcessor(self._constraints[params.regex], self.tokenizer, prompt_width)])
 
-    def _completion(self, row: list[int], prompt_tokens: int, params: SamplingParams) -> Completion:
+    def _completion(self, row: list[int], prompt_tokens: int, params: SamplingParams,
+                    logprobs: list[dict[str, Any]] | None = None) -> Completion:
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
         if eos in row:
@@ -317,6 +322,7 @@ class TransformersEngine:
         return Completion(
             text=text, finish_reason="stop" if hit_eos or hit_stop else "length",
             prompt_tokens=prompt_tokens, completion_tokens=length, model_version=self.version,
+            logprobs=None if logprobs is None else logprobs[:length],
         )
 
 

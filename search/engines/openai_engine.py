@@ -2,15 +2,15 @@
 
 Plain-text prompts go to /v1/completions (batched, several prompts per request); chat
 messages go to /v1/chat/completions, one conversation per request. Requests run
-concurrently under a limit and are retried with exponential backoff on 429, 5xx,
-timeouts and dropped connections. `load(name)` switches the served model name used in
-requests: a remote server loads its own checkpoints.
+concurrently under a limit and are retried by the openai SDK itself (`max_retries`: on 408,
+409, 429, 5xx, timeouts and dropped connections, waiting as the server's `Retry-After` says,
+else with exponential backoff and jitter). `load(name)` switches the served model name used
+in requests: a remote server loads its own checkpoints.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import threading
 from collections.abc import Sequence
 from dataclasses import replace
@@ -19,8 +19,6 @@ from typing import Any
 import openai
 
 from common.sampling import Completion, ContextLengthError, Prompt, SamplingParams, check_counts
-
-RETRYABLE = (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError, openai.APIConnectionError)
 
 
 def request_groups(prompts: Sequence[Prompt], params: SamplingParams, size: int
@@ -58,8 +56,7 @@ class OpenAIEngine:
         model: str | None = None,  # None: the first model the server lists
         api_key: str | None = None,  # None: "EMPTY" (servers without auth ignore it)
         max_concurrency: int = 16,  # HTTP requests in flight at once
-        max_retries: int = 4,  # retries per request on 429/5xx/timeouts
-        backoff_s: float = 0.5,  # first retry delay; doubles each retry, plus jitter
+        max_retries: int = 4,  # the SDK's retries per request on 408/409/429/5xx/timeouts/dropped connections
         timeout_s: float = 120.0,  # per HTTP request
         prompts_per_request: int = 16,  # text prompts batched into one /v1/completions call
         http_client: Any = None,  # an httpx.AsyncClient (tests pass one with a mock transport)
@@ -73,7 +70,6 @@ class OpenAIEngine:
         self.api_key = api_key or "EMPTY"
         self.max_concurrency = max_concurrency
         self.max_retries = max_retries
-        self.backoff_s = backoff_s
         self.timeout_s = timeout_s
         self.prompts_per_request = prompts_per_request
         self.http_client = http_client
@@ -91,7 +87,7 @@ class OpenAIEngine:
         loop = asyncio.get_running_loop()
         if self._client is None or self._client_loop is not loop:
             self._client = openai.AsyncOpenAI(
-                base_url=self.base_url, api_key=self.api_key, max_retries=0, timeout=self.timeout_s,
+                base_url=self.base_url, api_key=self.api_key, max_retries=self.max_retries, timeout=self.timeout_s,
                 http_client=self.http_client,
             )
             self._client_loop = loop
@@ -122,7 +118,7 @@ class OpenAIEngine:
     async def agenerate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         client = self._client_for_loop()
         if self.model is None:
-            self.model = (await self._with_retries(client.models.list)).data[0].id
+            self.model = (await self._call(client.models.list)).data[0].id
             self.version = self.version or self.model
         jobs: list[tuple[list[int], Any]] = []
         for idx, request_params in request_groups(prompts, params, self.prompts_per_request):
@@ -149,21 +145,29 @@ class OpenAIEngine:
         extra: dict[str, Any] = {k: v for k, v in (("top_k", params.top_k), ("min_p", params.min_p)) if v}
         if params.regex is not None:  # vLLM's OpenAI server's structured-output extension
             extra["structured_outputs"] = {"regex": params.regex}
+        if params.logprobs is not None:  # completions take the top count; chat_logprobs() rewrites it for chat
+            args["logprobs"] = params.logprobs
         if extra:  # not in OpenAI's API; vLLM and ratchet serve accept them
             args["extra_body"] = extra
         return args
 
     async def _completions(self, client: Any, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
-        resp = await self._with_retries(client.completions.create, prompt=prompts, **self._request_args(params))
+        resp = await self._call(client.completions.create, prompt=prompts, **self._request_args(params))
         choices = sorted(resp.choices, key=lambda c: c.index)  # index = prompt * n + sample
-        return self._rows(resp, [(c.text, c.finish_reason, c) for c in choices], len(prompts), params.n)
+        return self._rows(resp, [(c.text, c.finish_reason, c, _completion_logprobs(c.logprobs)) for c in choices],
+                          len(prompts), params.n)
 
     async def _chat(self, client: Any, messages: list[dict[str, str]], params: SamplingParams) -> list[list[Completion]]:
-        resp = await self._with_retries(client.chat.completions.create, messages=messages, **self._request_args(params))
+        args = self._request_args(params)
+        if "logprobs" in args:  # chat asks for a flag and a top count
+            args["logprobs"], args["top_logprobs"] = True, args["logprobs"]
+        resp = await self._call(client.chat.completions.create, messages=messages, **args)
         choices = sorted(resp.choices, key=lambda c: c.index)
-        return self._rows(resp, [(c.message.content or "", c.finish_reason, c) for c in choices], 1, params.n)
+        return self._rows(resp, [(c.message.content or "", c.finish_reason, c, _chat_logprobs(c.logprobs))
+                                 for c in choices], 1, params.n)
 
-    def _rows(self, resp: Any, choices: list[tuple[str, str, Any]], n_prompts: int, n: int) -> list[list[Completion]]:
+    def _rows(self, resp: Any, choices: list[tuple[str, str, Any, Any]], n_prompts: int, n: int
+              ) -> list[list[Completion]]:
         if len(choices) != n_prompts * n:
             raise RuntimeError(f"{self.base_url} returned {len(choices)} choices for {n_prompts} prompts x n={n}")
         usage = resp.usage
@@ -171,7 +175,7 @@ class OpenAIEngine:
         total = usage.completion_tokens if usage else 0
         version = getattr(resp, "system_fingerprint", None) or resp.model
         completions = []
-        for k, (text, finish, choice) in enumerate(choices):
+        for k, (text, finish, choice, logprobs) in enumerate(choices):
             # Per-choice counts are a ratchet serve extension; elsewhere split usage evenly.
             tokens = (choice.model_extra or {}).get("completion_tokens")
             if tokens is None:
@@ -179,26 +183,40 @@ class OpenAIEngine:
             completions.append(Completion(
                 text=text, finish_reason="length" if finish == "length" else "stop",
                 prompt_tokens=(choice.model_extra or {}).get("prompt_tokens", prompt_tokens),
-                completion_tokens=int(tokens), model_version=version,
+                completion_tokens=int(tokens), model_version=version, logprobs=logprobs,
             ))
         return [completions[i * n : (i + 1) * n] for i in range(n_prompts)]
 
-    async def _with_retries(self, call: Any, **kwargs: Any) -> Any:
-        for attempt in range(self.max_retries + 1):
-            try:
-                async with self._semaphore:
-                    return await call(**kwargs)
-            except RETRYABLE:
-                if attempt == self.max_retries:
-                    raise
-            except openai.BadRequestError as e:
-                message = _error_message(e)
-                if "context length" in message:
-                    raise ContextLengthError(message) from e
-                raise ValueError(f"{self.base_url} rejected the request: {message}") from e
-            delay = self.backoff_s * 2**attempt
-            await asyncio.sleep(delay + random.uniform(0, delay))
-        raise AssertionError("unreachable")
+    async def _call(self, call: Any, **kwargs: Any) -> Any:
+        """One request under the concurrency limit; the SDK retries it (max_retries)."""
+        try:
+            async with self._semaphore:
+                return await call(**kwargs)
+        except openai.BadRequestError as e:  # never retried: the request itself is wrong
+            message = _error_message(e)
+            if "context length" in message:
+                raise ContextLengthError(message) from e
+            raise ValueError(f"{self.base_url} rejected the request: {message}") from e
+
+
+def _entry(token: str, logprob: float, top: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    out = {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+    return out if top is None else out | {"top_logprobs": top}
+
+
+def _completion_logprobs(lp: Any) -> list[dict[str, Any]] | None:
+    """/v1/completions' parallel lists -> the per-token entries Completion.logprobs holds."""
+    if lp is None or lp.tokens is None:
+        return None
+    tops = lp.top_logprobs or [None] * len(lp.tokens)
+    return [_entry(t, v, [_entry(a, b) for a, b in (top or {}).items()])
+            for t, v, top in zip(lp.tokens, lp.token_logprobs, tops, strict=True)]
+
+
+def _chat_logprobs(lp: Any) -> list[dict[str, Any]] | None:
+    if lp is None or lp.content is None:
+        return None
+    return [_entry(c.token, c.logprob, [_entry(t.token, t.logprob) for t in c.top_logprobs or []]) for c in lp.content]
 
 
 def _error_message(e: openai.APIStatusError) -> str:

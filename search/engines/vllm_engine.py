@@ -21,6 +21,8 @@ needs that the other engines do not, each for a reason vLLM's own code gives:
   EngineArgs flag; V1's default, but not every version's or platform's): a SOAR task's
   prompts share the task's grids, and its n samples share their prompt's blocks.
   `llm_kwargs={"enable_prefix_caching": False}` turns it off.
+- `logprobs=k`: vLLM returns per token the k most likely candidates plus the sampled one, each
+  with its rank; they become Completion.logprobs' entries, the top ones in rank order.
 
 Tested against a stand-in of vLLM's API in tests/test_vllm_engine.py, and on a GPU by its
 gpu-marked tests (`make gpu-check`).
@@ -269,6 +271,7 @@ class VLLMEngine:
             n=n, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k,
             min_p=params.min_p, max_tokens=params.max_tokens, stop=list(params.stop) or None,
             stop_token_ids=list(self.stop_token_ids) or None, seed=seed, structured_outputs=structured,
+            logprobs=params.logprobs,
         )
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
@@ -298,7 +301,7 @@ class VLLMEngine:
                 Completion(
                     text=o.text, finish_reason=_finish_reason(o.finish_reason, i),
                     prompt_tokens=len(out.prompt_token_ids), completion_tokens=len(o.token_ids),
-                    model_version=self.version,
+                    model_version=self.version, logprobs=self._logprobs(o, params.logprobs),
                 )
                 for o in out.outputs
             ]
@@ -308,6 +311,24 @@ class VLLMEngine:
             results = [[row[0]] + [Completion(**row[0].to_dict()) for _ in range(params.n - 1)] for row in results]
         check_counts(results, len(prompts), params.n, "vllm engine")
         return results
+
+
+    def _logprobs(self, output: Any, k: int | None) -> list[dict[str, Any]] | None:
+        """vLLM's per-token {token id: Logprob} (the k most likely plus the sampled token, each
+        with its rank) -> Completion.logprobs' entries, top ones in rank order."""
+        if k is None or output.logprobs is None:
+            return None
+
+        def entry(token_id: int, lp: Any) -> dict[str, Any]:
+            text = lp.decoded_token if lp.decoded_token is not None else self.tokenizer.decode([token_id])
+            return {"token": text, "logprob": float(lp.logprob), "bytes": list(text.encode("utf-8"))}
+
+        entries = []
+        for token_id, candidates in zip(output.token_ids, output.logprobs, strict=True):
+            top = sorted(((t, lp) for t, lp in candidates.items() if lp.rank is not None and lp.rank <= k),
+                         key=lambda item: item[1].rank)
+            entries.append(entry(token_id, candidates[token_id]) | {"top_logprobs": [entry(t, lp) for t, lp in top]})
+        return entries
 
 
 def _finish_reason(reason: str | None, prompt_index: int) -> str:

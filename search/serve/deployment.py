@@ -6,8 +6,8 @@ a small machine the replica never competes with them for a core.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,8 @@ from ray import serve
 from common.sampling import Completion, Prompt, SamplingParams
 from search.pool import PoolConfig, SamplerPool
 from search.serve.app import build_app
+from search.serve.guard import api_key_digest
+from search.serve.limits import ServeLimits
 from search.serve.protocol import ReasoningSplit
 
 REPLICA_CPUS = 0  # the replica only routes; the pool's actors hold the CPUs/GPUs
@@ -27,11 +29,19 @@ class ServeSettings:
     checkpoint: str | None = None  # a Hugging Face checkpoint dir; or use pool.experiment
     version: str | None = None  # registry version in pool.experiment; None: its current version
     model_name: str | None = None  # the id clients send as "model"; default: experiment or checkpoint name
-    api_key: str | None = field(default=None, repr=False)  # None: no auth
+    # The bearer token: only its SHA-256 is kept, so the key never enters Ray's cluster state
+    # (these settings are the deployment's init args). None: no auth.
+    api_key: InitVar[str | None] = None
+    api_key_sha256: str | None = None  # or give the digest directly
+    limits: ServeLimits = field(default_factory=ServeLimits)
     chat_max_tokens: int = 256  # default max_tokens of chat requests that set none
     reasoning: ReasoningSplit | None = None  # thinking model: thought -> reasoning_content; None: off
 
-    def __post_init__(self):
+    def __post_init__(self, api_key: str | None):
+        if api_key is not None:
+            if not api_key:
+                raise ValueError("ServeSettings.api_key is empty: pass a key, or None for no auth")
+            self.api_key_sha256 = api_key_digest(api_key)
         if (self.checkpoint is None) == (self.pool.experiment is None):
             raise ValueError("ServeSettings needs exactly one model source: checkpoint=PATH, "
                              "or pool.experiment=NAME (with an optional version)")
@@ -50,8 +60,9 @@ class ServeSettings:
 class PoolBackend:
     """The app's backend: every request goes through the pool."""
 
-    def __init__(self, pool: SamplerPool):
+    def __init__(self, pool: SamplerPool, context_length: int | None = None):
         self.pool = pool
+        self.context_length = context_length
 
     @property
     def version(self) -> str | None:
@@ -59,6 +70,12 @@ class PoolBackend:
 
     async def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         return await self.pool.generate(prompts, params)
+
+    def stream(self, prompts: Sequence[Prompt], params: SamplingParams) -> AsyncIterator[tuple[int, list[Completion]]]:
+        return self.pool.stream(prompts, params)
+
+    async def stats(self) -> list[Any]:
+        return await self.pool.stats()
 
 
 @serve.deployment(ray_actor_options={"num_cpus": REPLICA_CPUS})
@@ -71,11 +88,13 @@ class OpenAIServer:
             await self.pool.load(settings.version)
         else:
             self.pool.version = (await self.pool.ready())[0]
+        self.context_length = await self.pool.context_length()
 
     def __serve_build_asgi_app__(self) -> Any:
         s = self.settings
-        return build_app(PoolBackend(self.pool), model_name=s.served_name, api_key=s.api_key,
-                         chat_max_tokens=s.chat_max_tokens, reasoning=s.reasoning)
+        return build_app(PoolBackend(self.pool, self.context_length), model_name=s.served_name,
+                         api_key_sha256=s.api_key_sha256, limits=s.limits, chat_max_tokens=s.chat_max_tokens,
+                         reasoning=s.reasoning)
 
     def __del__(self):
         pool = getattr(self, "pool", None)

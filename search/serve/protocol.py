@@ -5,6 +5,10 @@ carries its own `prompt_tokens` and `completion_tokens`, and `system_fingerprint
 model version that produced the response. For a thinking model (`ReasoningSplit`), a chat
 choice's message carries the thought in `reasoning_content` (the field OpenAI-compatible
 reasoning servers such as vLLM's use) and the response alone in `content`.
+
+Every field is honoured or refused: OpenAI's fields that would change the answer and that
+ratchet cannot honour (penalties, logit_bias, tools, response_format other than text, ...)
+and fields nobody defined are a 400 naming the field, never silently dropped.
 """
 
 from __future__ import annotations
@@ -14,13 +18,38 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import regex
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from common.sampling import Completion, SamplingParams
 
 
+class APIError(Exception):
+    """An error answered in OpenAI's shape: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None):
+        super().__init__(message)
+        self.status, self.kind, self.param, self.code = status, kind, param, code
+
+
+def _refuse(param: str, message: str) -> APIError:
+    return APIError(400, f"{param}: {message}", param=param, code="unsupported_parameter")
+
+
+# Fields OpenAI's API defines that ratchet serve accepts only at their no-op value: anything
+# else would change the answer, so it is refused (400 naming the field), never ignored.
+_NEUTRAL: dict[str, tuple[Any, ...]] = {
+    "presence_penalty": (None, 0, 0.0), "frequency_penalty": (None, 0, 0.0), "logit_bias": (None, {}),
+    "echo": (None, False), "suffix": (None, ""), "tools": (None, []), "tool_choice": (None, "none", "auto"),
+    "functions": (None, []), "function_call": (None, "none", "auto"), "parallel_tool_calls": (None, True, False),
+}
+_STRUCTURED_KEYS = ("regex", "choice")  # of vLLM's structured_outputs; json, grammar... are refused
+
+
 class _SamplingRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # fields we do not act on (user, logit_bias...) are ignored
+    # Unknown fields are kept (not dropped) so refuse_unsupported() can name them.
+    model_config = ConfigDict(extra="allow")
 
     model: str | None = None
     n: int = 1
@@ -31,33 +60,110 @@ class _SamplingRequest(BaseModel):
     stop: str | list[str] | None = None
     seed: int | None = None
     stream: bool = False
+    stream_options: dict[str, Any] | None = None  # {"include_usage": true}: a last chunk with the usage
+    structured_outputs: dict[str, Any] | None = None  # vLLM's extension: {"regex": ...} or {"choice": [...]}
+    user: str | None = None  # an end-user id, for the caller's own records
+    metadata: dict[str, Any] | None = None
+
+    def refuse_unsupported(self) -> None:
+        """Raise a 400 naming the first field ratchet serve would otherwise have to ignore."""
+        for name in self.model_extra or {}:
+            if name not in _NEUTRAL:
+                raise _refuse(name, "unknown field: ratchet serve does not support it; remove it")
+            if (self.model_extra or {})[name] not in _NEUTRAL[name]:
+                raise _refuse(name, f"not supported by ratchet serve; omit it or send {_NEUTRAL[name][1]!r}")
+        if self.stream_options is not None:
+            if not self.stream:
+                raise _refuse("stream_options", "only allowed with stream=true")
+            for key, value in self.stream_options.items():
+                if key != "include_usage" and value:
+                    raise _refuse(f"stream_options.{key}", "not supported; only include_usage is")
+        for key in self.structured_outputs or {}:
+            if key not in _STRUCTURED_KEYS:
+                raise _refuse(f"structured_outputs.{key}",
+                              f"not supported; ratchet serve constrains output with {' or '.join(_STRUCTURED_KEYS)}")
+
+    @property
+    def include_usage(self) -> bool:
+        return bool((self.stream_options or {}).get("include_usage"))
+
+    def regex(self) -> str | None:
+        so = self.structured_outputs or {}
+        if "regex" in so and "choice" in so:
+            raise _refuse("structured_outputs", "send one of regex or choice, not both")
+        if "choice" in so:
+            choices = so["choice"]
+            if not isinstance(choices, list) or not choices or not all(isinstance(c, str) for c in choices):
+                raise _refuse("structured_outputs.choice", "must be a non-empty list of strings")
+            return "(" + "|".join(regex.escape(c) for c in choices) + ")"
+        return so.get("regex")
+
+    def logprobs_count(self) -> int | None:
+        return None
 
     def sampling_params(self, max_tokens: int) -> SamplingParams:
         """Validated SamplingParams; raises ValueError naming the bad field."""
-        if self.stream:
-            raise ValueError("stream=true is not supported by ratchet serve; send stream=false")
         return SamplingParams(
             n=self.n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
             min_p=self.min_p, max_tokens=max_tokens, stop=self.stop, seed=self.seed,
+            regex=self.regex(), logprobs=self.logprobs_count(),
         )
 
 
 class CompletionRequest(_SamplingRequest):
     prompt: str | list[str]
     max_tokens: int = 16  # OpenAI's default for /v1/completions
+    logprobs: int | None = None  # the top count per token (OpenAI allows 0-5; ratchet up to 20)
+    best_of: int | None = None  # accepted only as n (every sample is returned)
+
+    def refuse_unsupported(self) -> None:
+        super().refuse_unsupported()
+        if self.best_of is not None and self.best_of != self.n:
+            raise _refuse("best_of", "not supported (ratchet returns every sample); omit it or send best_of=n")
+
+    def logprobs_count(self) -> int | None:
+        return self.logprobs
 
 
 class ChatMessage(BaseModel):
     role: Literal["system", "user", "assistant", "tool", "developer"]
     content: str
 
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_parts(cls, content: Any) -> Any:
+        """Content parts ([{"type": "text", "text": ...}], as newer clients send) are joined; others refused."""
+        if not isinstance(content, list):
+            return content
+        if not all(isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content):
+            raise ValueError("only text content parts ({'type': 'text', 'text': ...}) are supported")
+        return "".join(p["text"] for p in content)
+
 
 class ChatCompletionRequest(_SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = None
     max_completion_tokens: int | None = None  # OpenAI's newer name for max_tokens
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    response_format: dict[str, Any] | None = None  # only {"type": "text"}; structured_outputs constrains
     # ratchet's extension: test-time search, e.g. {"k": 16, "verify": 8, "return_candidates": true}
     search: dict[str, Any] | None = None
+
+    def refuse_unsupported(self) -> None:
+        super().refuse_unsupported()
+        if self.response_format not in (None, {"type": "text"}):
+            raise _refuse("response_format", "only {'type': 'text'} is supported; to constrain the output "
+                          "send structured_outputs: {'regex': ...}")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise _refuse("top_logprobs", "needs logprobs=true")
+        if self.search is not None and self.stream:
+            raise _refuse("stream", "a search request answers once it has chosen: send stream=false")
+        if self.search is not None and (self.logprobs or self.structured_outputs):
+            raise _refuse("search", "cannot be combined with logprobs or structured_outputs")
+
+    def logprobs_count(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 @dataclass(frozen=True)
@@ -83,44 +189,62 @@ class ReasoningSplit:
         return thought.strip(), text[r + len(self.response_marker):].strip()
 
 
-def _message(text: str, reasoning: ReasoningSplit | None) -> dict[str, Any]:
+def message(text: str, reasoning: ReasoningSplit | None) -> dict[str, Any]:
     if reasoning is None:
         return {"role": "assistant", "content": text}
     thought, response = reasoning.split(text)
     return {"role": "assistant", "content": response, "reasoning_content": thought}
 
 
-def _usage(rows: list[list[Completion]]) -> dict[str, int]:
+def completion_logprobs(c: Completion) -> dict[str, Any] | None:
+    """/v1/completions' logprobs: parallel lists (tokens, their logprobs, top tokens, text offsets)."""
+    if c.logprobs is None:
+        return None
+    offsets, at = [], 0
+    for e in c.logprobs:
+        offsets.append(at)
+        at += len(e["token"])
+    return {"tokens": [e["token"] for e in c.logprobs], "token_logprobs": [e["logprob"] for e in c.logprobs],
+            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in c.logprobs],
+            "text_offset": offsets}
+
+
+def chat_logprobs(c: Completion) -> dict[str, Any] | None:
+    """/v1/chat/completions' logprobs: {"content": [{"token", "logprob", "bytes", "top_logprobs"}]}."""
+    return None if c.logprobs is None else {"content": c.logprobs, "refusal": None}
+
+
+def usage(rows: list[list[Completion]]) -> dict[str, int]:
     prompt = sum(row[0].prompt_tokens for row in rows if row)
     completion = sum(c.completion_tokens for row in rows for c in row)
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def _version(rows: list[list[Completion]]) -> str | None:
+def version(rows: list[list[Completion]]) -> str | None:
     return next((c.model_version for row in rows for c in row), None)
 
 
 def completion_response(model: str, rows: list[list[Completion]]) -> dict[str, Any]:
     choices = [
-        {"index": i, "text": c.text, "finish_reason": c.finish_reason, "logprobs": None,
+        {"index": i, "text": c.text, "finish_reason": c.finish_reason, "logprobs": completion_logprobs(c),
          "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens}
         for i, c in enumerate(c for row in rows for c in row)  # index = prompt * n + sample, as OpenAI
     ]
     return {
         "id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-        "model": model, "system_fingerprint": _version(rows), "choices": choices, "usage": _usage(rows),
+        "model": model, "system_fingerprint": version(rows), "choices": choices, "usage": usage(rows),
     }
 
 
 def chat_response(model: str, rows: list[list[Completion]], reasoning: ReasoningSplit | None = None) -> dict[str, Any]:
     choices = [
-        {"index": i, "message": _message(c.text, reasoning), "finish_reason": c.finish_reason,
-         "logprobs": None, "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens}
+        {"index": i, "message": message(c.text, reasoning), "finish_reason": c.finish_reason,
+         "logprobs": chat_logprobs(c), "prompt_tokens": c.prompt_tokens, "completion_tokens": c.completion_tokens}
         for i, c in enumerate(rows[0])
     ]
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-        "model": model, "system_fingerprint": _version(rows), "choices": choices, "usage": _usage(rows),
+        "model": model, "system_fingerprint": version(rows), "choices": choices, "usage": usage(rows),
     }
 
 

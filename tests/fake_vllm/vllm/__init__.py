@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm.outputs import CompletionOutput, RequestOutput
+from vllm.outputs import CompletionOutput, Logprob, RequestOutput
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
 __all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "DEVICE", "reset_device"]
@@ -185,5 +185,12 @@ class LLM:
         else:
             draw = self._rng.randrange(10**6)
         text = f" {self._weights['tag']}-{draw}"[: params.max_tokens]
-        return CompletionOutput(index=k, text=text, token_ids=self.get_tokenizer()(text, False)["input_ids"],
+        tok = self.get_tokenizer()
+        ids = tok(text, False)["input_ids"]
+        logprobs = None
+        if params.logprobs is not None:
+            # As vLLM: the k most likely (rank 1..k) plus the sampled token, here ranked k + 1.
+            logprobs = [{1000 + r: Logprob(-0.5 * (r + 1), r + 1, tok.decode([1000 + r])) for r in range(params.logprobs)}
+                        | {t: Logprob(-9.0, params.logprobs + 1, tok.decode([t]))} for t in ids]
+        return CompletionOutput(index=k, text=text, token_ids=ids, logprobs=logprobs,
                                 finish_reason=self._weights.get("finish_reason", "stop"))

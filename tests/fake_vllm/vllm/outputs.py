@@ -6,12 +6,21 @@ from dataclasses import dataclass
 
 
 @dataclass
+class Logprob:
+    """vllm.logprobs.Logprob: one candidate token's log-probability and rank (1 = most likely)."""
+
+    logprob: float
+    rank: int | None = None
+    decoded_token: str | None = None
+
+
+@dataclass
 class CompletionOutput:
     index: int
     text: str
     token_ids: list[int]
     cumulative_logprob: float | None = None
-    logprobs: None = None
+    logprobs: list[dict[int, Logprob]] | None = None  # per output token: top candidates + the sampled one
     finish_reason: str | None = None  # "stop", "length", "abort" or "error"
     stop_reason: int | str | None = None
 

@@ -42,6 +42,7 @@ class SamplingParams:
     ignore_eos: bool = False
     max_tokens: int | None = 16
     structured_outputs: StructuredOutputsParams | None = None
+    logprobs: int | None = None  # top logprobs per output token (vLLM: the sampled token's always included)
     _all_stop_token_ids: set[int] = field(default_factory=set)
 
     def __post_init__(self):
@@ -78,6 +79,8 @@ class SamplingParams:
             raise VLLMValidationError(f"min_p must be in [0, 1], got {self.min_p}.")
         if self.max_tokens is not None and self.max_tokens < 1:
             raise VLLMValidationError(f"max_tokens must be at least 1, got {self.max_tokens}.")
+        if self.logprobs is not None and self.logprobs != -1 and self.logprobs < 0:
+            raise VLLMValidationError(f"logprobs must be non-negative or -1, got {self.logprobs}.")
         if not all(isinstance(t, int) for t in self.stop_token_ids):
             raise VLLMValidationError(f"stop_token_ids must contain only integers, got {self.stop_token_ids}.")
         if any(not s for s in self.stop):
