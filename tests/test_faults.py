@@ -8,7 +8,13 @@ import pytest
 import ray.exceptions as rx
 import redis
 
-from common.faults import DeadlineExceeded, EngineFailed, InfrastructureError, is_infrastructure, unwrap
+from common.faults import (
+    DeadlineExceeded,
+    EngineFailed,
+    InfrastructureError,
+    is_infrastructure,
+    unwrap,
+)
 from common.sampling import ContextLengthError
 
 
