@@ -147,36 +147,41 @@ def run_reference(cluster: Cluster, workload: str, runs: Path, log) -> float:
 
 
 def run_chaos(cluster: Cluster, workload: str, runs: Path, log, ref_s: float, rng: random.Random) -> dict:
-    points = POINTS[workload][:]
-    rng.shuffle(points)
+    """Start the job; hit the pending kill points at random moments of this start (sorted, within
+    the reference's wall time); a driver that ended is started again until the job finishes."""
+    pending = POINTS[workload][:]
+    rng.shuffle(pending)
     kills: list[dict[str, Any]] = []
     starts = 0
     while True:
         job = start_job(cluster, workload, f"{workload}-chaos", runs, log)
         starts += 1
-        if points:
-            point = points.pop()
-            at = rng.uniform(0.1, 0.7) * ref_s
-            deadline = time.monotonic() + at
-            while job.poll() is None and time.monotonic() < deadline:
+        t0 = time.monotonic()
+        for point, at in zip(list(pending), sorted(rng.uniform(0.05, 0.6) * ref_s for _ in pending), strict=True):
+            while job.poll() is None and time.monotonic() < t0 + at:
                 time.sleep(0.2)
+            if job.poll() is not None:
+                break
+            pending.remove(point)
             pid = job.pid if point == "driver" else cluster.find(point)
-            if job.poll() is not None or pid is None:
-                kills.append({"point": point, "at_s": round(at, 1), "made": False,
-                              "why": "the run had ended" if job.poll() is not None else "no such process then"})
-            else:
-                cluster.kill(point, pid)
-                kills.append({"point": point, "at_s": round(at, 1), "made": True, "pid": pid})
+            kill = {"point": point, "start": starts, "at_s": round(time.monotonic() - t0, 1)}
+            if pid is None:
+                kills.append(kill | {"made": False, "why": "no such process at that moment"})
+                continue
+            cluster.kill(point, pid)
+            kills.append(kill | {"made": True})
+            if point == "driver":
+                break
         rc = job.wait()
         cluster.reap_ray()
         if kills:
             kills[-1].setdefault("driver_exit", rc)
-        if rc == 0 and not points:
+        if rc == 0:
+            kills += [{"point": p, "made": False, "why": "the run had finished"} for p in pending]
             return {"kills": kills, "driver_starts": starts}
-        if starts > 3 * len(POINTS[workload]) + 3:
+        if starts > 2 * len(POINTS[workload]) + 2:
             raise SystemExit(f"the chaos {workload} run did not finish after {starts} starts; see {log.name}")
-        if rc != 0:  # a killed or failed driver: wait out its lease as a user would, then rerun
-            time.sleep(LEASE_TTL_S + 1)
+        time.sleep(LEASE_TTL_S + 1)  # a killed or failed driver: wait out its lease as a user would
 
 
 def snapshot(store: Store, workload: str, experiment: str) -> dict[str, Any]:
