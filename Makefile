@@ -14,7 +14,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
+.PHONY: chaos setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -98,6 +98,11 @@ test: setup
 
 test-all: setup
 	$(PY) -m pytest -m "not gpu"
+
+# Kill the driver, a sampler actor, a verifier actor, a sandbox worker and redis-server at random
+# points of a small soar and scaling run, restart, compare with an uninterrupted run (minutes).
+chaos: setup
+	$(PY) scripts/chaos.py --workloads soar scaling
 
 bench: setup
 	$(PY) -m benchmarks

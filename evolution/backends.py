@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from common.sampling import SamplingParams
 from evolution.driver import Sampler
 from verifiers.arc.grids import ArcTask
-from verifiers.arc.pool import result_from_dict
 from verifiers.arc.results import Verifier
 
 
@@ -24,11 +23,7 @@ def pool_sampler(pool) -> Sampler:
 def pool_verifier(vpool) -> Verifier:
     """An ArcVerifierPool: chunks spread over the actors, awaited without blocking the loop."""
 
-    async def verify(task: ArcTask, codes: Sequence[str]):
-        chunks = await asyncio.gather(*vpool.submit(task, list(codes)))
-        return [result_from_dict(d) for chunk in chunks for d in chunk]
-
-    return verify
+    return vpool.execute
 
 
 def local_sampler(engine) -> Sampler:

@@ -44,6 +44,7 @@ class VerifierConfig:
     actors: int = 1  # ArcVerifierPool actors (one CPU each per worker)
     workers_per_actor: int = 1  # warm sandbox workers per actor
     use_cache: bool = True  # the store's execution cache
+    request_timeout_s: float | None = 600.0  # a chunk's deadline: its actor is then replaced and the chunk retried
 
 
 @dataclass

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from common.faults import InfrastructureError
 from common.sampling import Completion, Generate, SamplingParams
 from evolution.dsl import __all__ as DSL_NAMES
 from evolution.extract import extract_code
@@ -150,6 +151,11 @@ class SoarSearch:
         runnable = [(start + i, code, c, p) for i, (code, c, p) in enumerate(zip(codes, completions, parents, strict=True))
                     if code is not None]
         results = await self.verifier(task, [code for _, code, _, _ in runnable]) if runnable else []
+        lost = [r for r in results if r.infrastructure]
+        if lost:  # the archive keeps a program's first result for good: never the machine's failure
+            raise InfrastructureError(
+                f"task {task.id}: the verifier returned {len(lost)} result(s) of a lost sandbox worker "
+                "instead of retrying them; nothing of this batch was archived")
         records, cands, seen = [], [], {}
         correct = executed = cached = 0
         for (seq, code, comp, parent), result in zip(runnable, results, strict=True):

@@ -59,7 +59,10 @@ def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], ite
     its marks: a program an earlier iteration archived first counts when it is found again.
     """
     archive = store.archive(cfg.experiment)
-    cands = {tid: [Candidate.from_record(r) for r in archive.get_task(tid)] for tid in tasks}
+    # sorted: the archive's order is a Redis hash's (it changes with the table's history), and a
+    # resumed iteration must build the same rows
+    cands = {tid: sorted((Candidate.from_record(r) for r in archive.get_task(tid)), key=lambda c: c.code_hash)
+             for tid in tasks}
     if cfg.learn.hindsight.iterations == "last":
         for tid in tasks:
             seen = archive.marks(keys.search_counter(iteration, "seen", tid))

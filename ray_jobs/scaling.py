@@ -35,7 +35,7 @@ def run_job(cfg: ScalingConfig, ctx: runner.JobContext) -> dict[str, Any]:
     checkpoint = resolve_model(cfg)
     generate, shutdown = make_generate(cfg, checkpoint)
     try:
-        return ScalingExperiment(cfg, ctx.store, ctx.run_dir, generate).run(model=checkpoint)
+        return ScalingExperiment(cfg, ctx.store, ctx.run_dir, generate, model=checkpoint).run()
     finally:
         shutdown()
 

@@ -31,7 +31,8 @@ async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
     log.info("%d tasks, %d held out; base model %s = %s", len(tasks), len(heldout), base.version, base.checkpoint)
     sampler_pool = SamplerPool(cfg.sampler, checkpoint=base.checkpoint, version=base.version, files=base.files)
     verifier_pool = ArcVerifierPool(actors=cfg.verifier.actors, workers_per_actor=cfg.verifier.workers_per_actor,
-                                    allowed_modules=(ARC_DSL,), use_cache=cfg.verifier.use_cache)
+                                    allowed_modules=(ARC_DSL,), use_cache=cfg.verifier.use_cache,
+                                    request_timeout_s=cfg.verifier.request_timeout_s)
     try:
         await sampler_pool.ready()
         loop = SoarLoop(cfg, store=ctx.store, tasks=tasks, heldout=heldout, base=base, sampler=sampler_pool,

@@ -80,8 +80,9 @@ async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
     clean_scratch(storage / "checkpoints")  # a killed training's; the runner's lease makes them ours
     try:
         await pool.ready()
-        loop = TpoLoop(cfg, state=TpoState(ctx.store.client, cfg.experiment), models=models, sampler=pool,
-                       judge=judge, train=dpo_trainer(cfg, storage, models), seed_checkpoint=seed)
+        state = TpoState(ctx.store.client, cfg.experiment, ctx.store.fence_for(cfg.experiment))  # fenced writes
+        loop = TpoLoop(cfg, state=state, models=models, sampler=pool, judge=judge,
+                       train=dpo_trainer(cfg, storage, models), seed_checkpoint=seed)
         summary = await loop.run()
     finally:
         pool.shutdown()

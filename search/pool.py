@@ -7,9 +7,12 @@
         ...                                               # results as they complete
 
 Routing is least-loaded with at most `max_inflight_per_actor` requests per actor; callers
-beyond that wait in the driver (backpressure, nothing piles up inside actors). An actor
-that dies is replaced and its in-flight requests are retried on the pool's live actors.
-The logic lives in plain classes (`SamplerWorker`, `Router`); the Ray actor is a shell.
+beyond that wait in the driver (backpressure, nothing piles up inside actors). Every request
+has a deadline (`request_timeout_s`). An actor that fails (it died, Ray's memory monitor
+killed it, its engine failed inside it, or it missed a deadline: common/faults.py) is
+replaced, and its requests are retried on the pool's live actors; a caller's mistake (a
+prompt too long) is raised as it is. The logic lives in plain classes (`SamplerWorker`,
+`Router`); the Ray actor is a shell.
 """
 
 from __future__ import annotations
@@ -23,8 +26,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError, TaskCancelledError
+from ray.exceptions import TaskCancelledError
 
+from common.faults import (
+    DeadlineExceeded,
+    EngineFailed,
+    InfrastructureError,
+    is_infrastructure,
+    unwrap,
+)
 from common.sampling import Completion, Prompt, SamplingParams, check_counts
 from search.engines import engine_class, make_engine
 from store import Store
@@ -43,7 +53,8 @@ class PoolConfig:
     prompts_per_request: int = 8  # generate()/stream() split prompt lists into requests of this size
     num_cpus_per_actor: float = 1.0
     num_gpus_per_actor: float | None = None  # None: 1 when the cluster has GPUs, else 0
-    max_request_retries: int = 3  # times a request is retried after its actor died
+    max_request_retries: int = 3  # times a request is retried after its actor failed (each try on a fresh or other actor)
+    request_timeout_s: float | None = 600.0  # a request's deadline: its actor is then taken for hung and replaced
     experiment: str | None = None  # model registry used by load(version)
 
     def __post_init__(self):
@@ -53,6 +64,8 @@ class PoolConfig:
                 raise ValueError(f"PoolConfig.{name}={getattr(self, name)} must be >= 1")
         if self.max_request_retries < 0:
             raise ValueError(f"PoolConfig.max_request_retries={self.max_request_retries} must be >= 0")
+        if self.request_timeout_s is not None and self.request_timeout_s <= 0:
+            raise ValueError(f"PoolConfig.request_timeout_s={self.request_timeout_s} must be > 0 (or null: no deadline)")
         if "checkpoint" in self.engine_kwargs:
             raise ValueError("PoolConfig.engine_kwargs must not hold 'checkpoint': pass it to SamplerPool(checkpoint=...)")
 
@@ -105,6 +118,10 @@ class SamplerWorker:
             started = time.perf_counter()
             try:
                 results = self.engine.generate(prompts, params)
+            except ValueError:  # the caller's mistake (e.g. a prompt too long): its own message
+                raise
+            except Exception as e:  # CUDA out of memory, a dead vLLM engine: this actor is done
+                raise EngineFailed(f"engine {type(self.engine).__name__} failed: {type(e).__name__}: {e}") from e
             finally:
                 with self._stats_lock:
                     self.running -= 1
@@ -250,7 +267,7 @@ class SamplerPool:
         return min((n for n in lengths if n), default=None)
 
     async def submit(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
-        """One request on one actor: params.n completions per prompt. Survives actor deaths."""
+        """One request on one actor: params.n completions per prompt. Survives actor failures."""
         prompts = list(prompts)
         attempts = self.config.max_request_retries + 1
         for attempt in range(attempts):
@@ -259,30 +276,37 @@ class SamplerPool:
             ref = None
             try:
                 ref = handle.generate.remote(prompts, params)
-                results = await ref
+                results = await self._call(ref, slot.index)
             except asyncio.CancelledError:
                 # The caller went away (a closed stream): a request queued on the actor is
                 # dropped, one waiting for the engine is skipped (SamplerWorker.generate).
                 if ref is not None:
                     ray.cancel(ref)
                 raise
-            except RayActorError as e:
-                self._replace(slot, generation)
+            except Exception as e:
+                if not is_infrastructure(e):
+                    raise unwrap(e) from None  # the caller's mistake: its own message
+                self._replace(slot, generation)  # dead, OOM-killed, engine failed or hung
                 if attempt == attempts - 1:
-                    raise RuntimeError(
-                        f"sampler request failed on {attempts} actors in a row (last: {e}); "
-                        "see the actors' logs (the Ray dashboard) for why they die"
+                    raise InfrastructureError(
+                        f"sampler request failed on {attempts} actors in a row (last: {unwrap(e)!r}); "
+                        "see the actors' logs (the Ray dashboard) for why they fail, or raise "
+                        "sampler.max_request_retries / sampler.request_timeout_s"
                     ) from e
                 continue
-            except RayTaskError as e:
-                if isinstance(e.cause, ValueError):  # the caller's mistake (e.g. too long): its own message
-                    raise e.cause from None
-                raise
             finally:
                 self.router.release(slot)
             check_counts(results, len(prompts), params.n, f"sampler actor {slot.index}")
             return results
         raise AssertionError("unreachable")
+
+    async def _call(self, ref: Any, index: int) -> Any:
+        """Await one actor call within the request deadline."""
+        timeout = self.config.request_timeout_s
+        try:
+            return await asyncio.wait_for(ref, timeout) if timeout else await ref
+        except asyncio.TimeoutError:
+            raise DeadlineExceeded(f"sampler actor {index} did not answer within request_timeout_s={timeout}") from None
 
     def _chunks(self, prompts: Sequence[Prompt], size: int | None) -> list[tuple[int, list[Prompt]]]:
         size = size or self.config.prompts_per_request
@@ -331,7 +355,7 @@ class SamplerPool:
             *(s.handle.load.remote(checkpoint, version, files) for s in slots), return_exceptions=True,
         )
         for slot, outcome in zip(slots, outcomes, strict=True):
-            if isinstance(outcome, RayActorError):  # its replacement loads the new checkpoint
+            if isinstance(outcome, BaseException) and is_infrastructure(outcome):  # its replacement loads it
                 self._replace(slot, slot.generation)
             elif isinstance(outcome, BaseException):
                 raise outcome

@@ -18,7 +18,7 @@ from store.connection import StoreUnavailable, connect, redact, resolve_url
 from store.events import EventLog
 from store.exec_cache import ExecutionCache
 from store.experiments import ConfigChanged, Experiment, ExperimentRegistry
-from store.lease import Lease, LeaseHeld, LeaseLost, Leases, fence_key
+from store.lease import Lease, LeaseHeld, LeaseLost, Leases, fence_key, fenced_pipeline
 from store.models import ModelRegistry, ModelVersion
 
 
@@ -56,6 +56,11 @@ class Store:
     def archive(self, experiment: str) -> CandidateArchive:
         return CandidateArchive(self.client, experiment, self._fence_for(experiment))
 
+    def fence_for(self, experiment: str) -> tuple[str, int] | None:
+        """(fence counter key, token) guarding `experiment`'s writes, or None when unfenced;
+        pass it to store.lease.fenced_pipeline for writes outside the archive and registry."""
+        return self._fence_for(experiment)
+
     def _fence_for(self, experiment: str) -> tuple[str, int] | None:
         owner = next((e for e in self.fences if experiment == e or experiment.startswith(f"{e}.")), None)
         return None if owner is None else (fence_key(owner), self.fences[owner])
@@ -67,5 +72,5 @@ class Store:
 __all__ = [
     "CandidateArchive", "ConfigChanged", "EventLog", "Lease", "LeaseHeld", "LeaseLost", "Leases", "ExecutionCache", "Experiment", "ExperimentRegistry",
     "ModelRegistry", "ModelVersion", "Store", "StoreUnavailable", "code_hash", "connect",
-    "content_hash", "normalize_code", "redact", "resolve_url",
+    "content_hash", "fenced_pipeline", "normalize_code", "redact", "resolve_url",
 ]

@@ -15,7 +15,7 @@ parser.add_argument("--show-password", action="store_true", help="url: print the
 args = parser.parse_args()
 if args.action == "up":
     s = ensure_local_server()
-    print(f"redis-server running on 127.0.0.1:{s.port} (pid {s.pid}, data {s.data_dir})")
+    print(f"redis-server running on unix socket {s.socket} (pid {s.pid}, data {s.data_dir})")
 elif args.action == "down":
     print("stopped" if stop_local_server() else "no local redis-server running")
 else:

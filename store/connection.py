@@ -9,6 +9,8 @@ import os
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from store.server import ensure_local_server
 
@@ -16,6 +18,10 @@ ENV_URL = "RATCHET_REDIS_URL"
 ENV_URL_FILE = "RATCHET_REDIS_URL_FILE"  # a file holding the URL: only its path enters a job's runtime env
 CONNECT_TIMEOUT_S = 3.0
 SOCKET_TIMEOUT_S = 30.0
+# A command that meets a restarting server (connection refused, LOADING) is retried for about
+# a minute: the local server comes back on the same socket with the same password. A WATCHed
+# transaction (the archive's fenced writes) is not retried: its caller sees the error.
+RECONNECT = dict(retries=12, base=0.1, cap=8.0)
 
 
 class StoreUnavailable(RuntimeError):
@@ -64,6 +70,8 @@ def connect(url: str | None = None) -> redis.Redis:
             socket_connect_timeout=CONNECT_TIMEOUT_S,
             socket_timeout=SOCKET_TIMEOUT_S,
             health_check_interval=30,
+            retry=Retry(ExponentialBackoff(cap=RECONNECT["cap"], base=RECONNECT["base"]), RECONNECT["retries"],
+                        supported_errors=(redis.ConnectionError, redis.TimeoutError)),  # LOADING is a ConnectionError
         )
     except redis.AuthenticationError as e:  # a ConnectionError subclass: catch it first
         raise StoreUnavailable(f"Redis at {redact(url)} refused the credentials: {e}") from e

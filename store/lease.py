@@ -18,6 +18,8 @@ import json
 import os
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,3 +113,36 @@ class Leases:
         """The live lease's holder (host, pid, started, token), or None when nobody holds it."""
         raw = self.client.get(lease_key(self.experiment))
         return None if raw is None else json.loads(raw)
+
+
+@contextmanager
+def fenced_pipeline(client: redis.Redis, experiment: str, fence: tuple[str, int] | None) -> Iterator[Any]:
+    """A MULTI/EXEC pipeline that writes only while `fence` (fence counter key, this driver's
+    token) still holds: it WATCHes the counter, so a driver whose lease was taken over writes
+    nothing and gets LeaseLost. Without a fence, a plain transaction.
+
+        with fenced_pipeline(client, name, store.fence_for(name)) as pipe:
+            pipe.hset(key, mapping=...)          # executed on leaving the block
+    """
+    def lost() -> LeaseLost:
+        return LeaseLost(
+            f"experiment {experiment!r}: this driver's lease (fencing token {fence[1]}) was taken over by "
+            "another driver, so this write was refused and nothing of it stored. Stop this driver; the "
+            "other one carries on from what is stored.")
+
+    pipe = client.pipeline(transaction=True)
+    try:
+        if fence is not None:
+            key, token = fence
+            pipe.watch(key)
+            current = pipe.get(key)
+            if current is None or int(current) != token:
+                raise lost()
+            pipe.multi()
+        yield pipe
+        try:
+            pipe.execute()
+        except redis.WatchError:
+            raise lost() from None
+    finally:
+        pipe.reset()

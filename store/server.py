@@ -1,31 +1,38 @@
 """A private local redis-server for one machine, started on demand and shared.
 
-Ray's head node listens on 6379, so the local server never does: it takes a free port,
-binds loopback only, requires a generated password (kept in a 0600 file), and persists
-with an append-only file. Every process on the machine (drivers, Ray actors, tests) finds
-the running server through the state file in its home directory and reuses it.
+It listens on a Unix socket in a directory only its user can enter (0700), with no TCP
+port (Ray's head sits on 6379; a freed port could be taken by another local process and
+receive the password), requires a generated password (kept in a 0600 file), and persists
+with an append-only file. Every process on the machine (drivers, Ray actors on this node,
+tests) finds it through its home directory; socket path and password stay the same across
+restarts, so running clients reconnect. A cluster of several nodes needs a server they
+can all reach: set RATCHET_REDIS_URL.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import redis
 
-RAY_DEFAULT_PORT = 6379
 STATE_FILE = "server.json"
-START_TIMEOUT_S = 20.0
+PASSWORD_FILE = "password"
+DATA_LOCK = "server.lock"  # held by the running redis-server (an inherited fd)
+START_TIMEOUT_S = 20.0  # to start listening; a server loading its AOF is waited for as long as it loads
+MAX_SOCKET_PATH = 100  # bytes; the kernel's limit for a socket address is 108
 
 
 def ratchet_home() -> Path:
@@ -38,26 +45,35 @@ def ratchet_home() -> Path:
 
 @dataclass(frozen=True)
 class LocalServer:
-    """How to reach a running local redis-server."""
+    """How to reach a running local redis-server: a Unix socket, no TCP port."""
 
-    host: str
-    port: int
+    socket: str  # path of its Unix socket, in a directory only this user can enter (0700)
     password: str
     pid: int
     data_dir: str
 
     @property
     def url(self) -> str:
-        return f"redis://:{self.password}@{self.host}:{self.port}/0"
+        return f"unix://:{self.password}@{self.socket}?db=0"
 
 
-def _free_port() -> int:
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port != RAY_DEFAULT_PORT:
-            return port
+def socket_path(data_dir: Path) -> Path:
+    """Where the server of `data_dir` listens: the same path on every start, so running
+    clients reconnect after a restart. Under the data dir when the path fits a socket
+    address (108 bytes), else in a 0700 directory of its own under the temp dir."""
+    path = data_dir / "sock" / "redis.sock"
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        digest = hashlib.sha256(os.fsencode(data_dir.resolve())).hexdigest()[:16]
+        path = Path(tempfile.gettempdir()) / f"ratchet-{os.getuid()}-{digest}" / "redis.sock"
+    return path
+
+
+def _private_dir(path: Path) -> None:
+    """A directory only this user can enter; refuse one somebody else owns."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_uid != os.getuid():
+        raise RuntimeError(f"{path} belongs to another user; remove it or set RATCHET_HOME elsewhere")
+    os.chmod(path, 0o700)
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -68,15 +84,21 @@ def _write_private(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
-def _alive(server: LocalServer) -> bool:
+def _probe(server: LocalServer) -> Literal["up", "loading", "down"]:
+    """"loading": it answers, but is still reading its AOF (a big one takes a while)."""
     try:
-        client = redis.Redis(
-            host=server.host, port=server.port, password=server.password,
-            socket_connect_timeout=1, socket_timeout=2,
-        )
-        return bool(client.ping())
+        with redis.Redis(unix_socket_path=server.socket, password=server.password,
+                         socket_connect_timeout=1, socket_timeout=2, retry=None) as client:
+            client.ping()
+        return "up"
+    except redis.BusyLoadingError:
+        return "loading"
     except (redis.RedisError, OSError):
-        return False
+        return "down"
+
+
+def _alive(server: LocalServer) -> bool:
+    return _probe(server) == "up"
 
 
 def _read_state(data_dir: Path) -> LocalServer | None:
@@ -89,6 +111,42 @@ def _read_state(data_dir: Path) -> LocalServer | None:
         return None
 
 
+def _password(data_dir: Path) -> str:
+    """The data dir's password: made once and kept, so clients holding the URL reconnect."""
+    path = data_dir / PASSWORD_FILE
+    if path.exists() and (text := path.read_text().strip()):
+        return text
+    password = secrets.token_urlsafe(24)
+    _write_private(path, password)
+    return password
+
+
+def _data_lock(data_dir: Path) -> int | None:
+    """An fd holding the data dir's lock, or None when a running redis-server holds it."""
+    fd = os.open(data_dir / DATA_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _pid(data_dir: Path) -> int:
+    try:
+        return int((data_dir / "redis.pid").read_text().strip())
+    except (OSError, ValueError):
+        return 0
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except (ProcessLookupError, FileNotFoundError, PermissionError):
+        return False
+
+
 def _redis_server_binary() -> str:
     binary = shutil.which("redis-server")
     if binary is None:
@@ -99,11 +157,11 @@ def _redis_server_binary() -> str:
     return binary
 
 
-def _config_text(port: int, password: str, data_dir: Path, fsync: str) -> str:
+def _config_text(sock: Path, password: str, data_dir: Path, fsync: str, extra: Sequence[str]) -> str:
     return "\n".join([
-        "bind 127.0.0.1",
-        "protected-mode yes",
-        f"port {port}",
+        "port 0",  # no TCP port: nobody else on the machine can take it or reach the server
+        f"unixsocket {sock}",
+        "unixsocketperm 700",
         f"requirepass {password}",
         "daemonize yes",
         f"pidfile {data_dir / 'redis.pid'}",
@@ -114,43 +172,69 @@ def _config_text(port: int, password: str, data_dir: Path, fsync: str) -> str:
         # crashed (SIGKILLed) server loses nothing; pipelined batches share one fsync.
         f"appendfsync {fsync}",
         "save ''",
+        *extra,
         "",
     ])
 
 
 def ensure_local_server(
-    data_dir: Path | None = None, fsync: Literal["always", "everysec"] = "always"
+    data_dir: Path | None = None, fsync: Literal["always", "everysec"] = "always", extra_config: Sequence[str] = (),
 ) -> LocalServer:
-    """Return the machine's local server, starting it if none answers.
+    """Return the machine's local server, starting it if none runs on `data_dir`.
 
-    Safe to call from many processes at once: a file lock serialises the start.
+    Safe to call from many processes at once: a file lock serialises the start, and the
+    server holds a lock on its data dir for as long as it runs, so a second redis-server is
+    never started on the same files (even when the first does not answer yet: it may still
+    be loading its AOF, which is waited for, however long it takes). Address and password
+    stay the same across restarts. `extra_config`: more redis.conf lines (tests use it).
     """
     data_dir = Path(data_dir or ratchet_home() / "redis")
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _private_dir(data_dir)
+    sock = socket_path(data_dir)
+    _private_dir(sock.parent)
     with open(data_dir / "start.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        state = _read_state(data_dir)
-        if state is not None and _alive(state):
-            return state
-        port, password = _free_port(), secrets.token_urlsafe(24)
-        conf = data_dir / "redis.conf"
-        _write_private(conf, _config_text(port, password, data_dir, fsync))
-        result = subprocess.run(
-            [_redis_server_binary(), str(conf)], capture_output=True, text=True, timeout=30
-        )
+        password = _password(data_dir)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while (held := _data_lock(data_dir)) is None:
+            if _running(_pid(data_dir)):  # a redis-server runs on these files: wait for it, never start another
+                server = _wait_ready(LocalServer(str(sock), password, _pid(data_dir), str(data_dir)), data_dir)
+                _write_private(data_dir / STATE_FILE, json.dumps(server.__dict__))
+                return server
+            if time.monotonic() > deadline:  # a killed server's last process lets go of it within moments
+                raise RuntimeError(f"{data_dir / DATA_LOCK} stays locked but no redis-server runs from {data_dir}; "
+                                   "find the process holding it (`lslocks`) and stop it")
+            time.sleep(0.05)
+        try:
+            conf = data_dir / "redis.conf"
+            _write_private(conf, _config_text(sock, password, data_dir, fsync, extra_config))
+            # the daemon inherits the lock's fd and holds the lock until it exits
+            result = subprocess.run([_redis_server_binary(), str(conf)], capture_output=True, text=True,
+                                    timeout=30, pass_fds=(held,))
+        finally:
+            os.close(held)
         if result.returncode != 0:
             raise RuntimeError(f"redis-server failed to start from {conf}: {result.stderr.strip()}")
-        server = LocalServer("127.0.0.1", port, password, 0, str(data_dir))
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _alive(server):  # the daemon forks; wait until it loaded its AOF and answers
-            if time.monotonic() > deadline:
-                log = (data_dir / "redis.log").read_text()[-2000:] if (data_dir / "redis.log").exists() else ""
-                raise RuntimeError(f"redis-server in {data_dir} did not answer within {START_TIMEOUT_S}s. Log:\n{log}")
-            time.sleep(0.05)
-        pid = int((data_dir / "redis.pid").read_text().strip())
-        server = LocalServer("127.0.0.1", port, password, pid, str(data_dir))
+        server = _wait_ready(LocalServer(str(sock), password, 0, str(data_dir)), data_dir)
         _write_private(data_dir / STATE_FILE, json.dumps(server.__dict__))
         return server
+
+
+def _wait_ready(server: LocalServer, data_dir: Path) -> LocalServer:
+    """Wait until the server answers: START_TIMEOUT_S to start listening, then for as long as
+    it reports LOADING (reading its AOF) while its process lives."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while (state := _probe(server)) != "up":
+        pid = _pid(data_dir)
+        if state == "loading" and _running(pid):
+            deadline = time.monotonic() + START_TIMEOUT_S  # making progress: keep waiting
+        elif time.monotonic() > deadline:
+            log = (data_dir / "redis.log").read_text()[-2000:] if (data_dir / "redis.log").exists() else ""
+            raise RuntimeError(
+                f"redis-server in {data_dir} (pid {pid or '?'}) did not answer on {server.socket} within "
+                f"{START_TIMEOUT_S:.0f}s. Stop it (`python -m store down`, or kill the pid) and retry. Log:\n{log}")
+        time.sleep(0.05)
+    return LocalServer(server.socket, server.password, _pid(data_dir), server.data_dir)
 
 
 def stop_local_server(data_dir: Path | None = None, kill: bool = False) -> bool:
@@ -168,7 +252,7 @@ def stop_local_server(data_dir: Path | None = None, kill: bool = False) -> bool:
         return True
     if not _alive(state):
         return False
-    client = redis.Redis(host=state.host, port=state.port, password=state.password, socket_timeout=10)
+    client = redis.Redis(unix_socket_path=state.socket, password=state.password, socket_timeout=10, retry=None)
     try:
         client.shutdown()
     except redis.ConnectionError:

@@ -127,7 +127,7 @@ def test_wall_timeout_within_cpu_budget_is_not_cached(store):
     # wall allowance 0.1 x CPU allowance: a spinning program runs out of wall time with
     # most of its CPU budget left, as any program does on a machine too busy to run it.
     spin = "def transform(g):\n    while True:\n        pass\n"
-    with ArcExecutor(cache=store.exec_cache,
+    with ArcExecutor(cache=store.exec_cache, transient_retries=0,  # each call: one run
                      limits=SandboxLimits(setup_cpu_s=2.0, wall_factor=0.1)) as ex:
         first = ex.execute(TASK, spin)
         assert first.train[0].status == "timeout"
@@ -162,7 +162,8 @@ def test_death_by_a_signal_from_outside_is_not_cached(store, sig, error_type):
     import threading
 
     sleeper = "import time\ndef transform(g):\n    time.sleep(1000)\n"
-    with ArcExecutor(cache=store.exec_cache, limits=SandboxLimits(setup_cpu_s=5.0)) as ex:
+    # transient_retries=0: the signalled run's own outcome (a retry would run it again)
+    with ArcExecutor(cache=store.exec_cache, limits=SandboxLimits(setup_cpu_s=5.0), transient_retries=0) as ex:
         ex.ping()  # started, no child yet
         [worker] = ex._all
         killer = threading.Thread(target=_signal_child_of,

@@ -33,3 +33,22 @@ def test_pool_spreads_a_batch_keeps_order_and_caches(ray_local, store, task):
         assert all(s["executed"] > 0 for s in stats)  # both actors got work
     finally:
         pool.close()
+
+
+def test_verifier_actors_are_replaced_however_often_they_die(ray_local, store, task):
+    """Ray's max_restarts is a budget for an actor's whole life: a long job that loses its
+    verifier actor more often than that used to fail. The pool replaces actors itself."""
+    import ray
+
+    from verifiers.arc.pool import ArcVerifierPool
+
+    programs = [SOLUTIONS["c8f0f002"] + f"\n_n = {i}\n" for i in range(4)]
+    pool = ArcVerifierPool(actors=1, workers_per_actor=1, use_cache=False, chunk=2)
+    try:
+        for death in range(4):
+            ray.kill(pool.actors[0], no_restart=False)  # as a lost node would; Ray may restart it
+            results = pool.execute_many(task, programs)
+            assert [r.train_accuracy for r in results] == [1.0] * 4, f"after death {death + 1}"
+        assert pool.restarts >= 4
+    finally:
+        pool.close()

@@ -153,3 +153,19 @@ def test_last_iteration_learns_from_programs_it_found_again(task, store, experim
     rows, _ = hindsight_rows(config("last"), store, {task.id: task}, iteration=1)
     assert {CODE_PREFIX + r["completion"] for r in rows} == {old.code, new.code}
     assert hindsight_rows(config("all"), store, {task.id: task}, iteration=1)[1]["sample_rows"] == 2
+
+
+def test_hindsight_rows_do_not_depend_on_the_archives_order(store, experiment_name, task, cands, monkeypatch):
+    """A resumed iteration must train on the same rows, but the archive hands a task's
+    candidates back "in no particular order" (a Redis hash's: it changes with the table's
+    history), so the rows must not depend on it."""
+    from store.archive import CandidateArchive
+
+    cfg = load_config(None, SoarConfig, [f"experiment={experiment_name}", "search.prompt_style=compact",
+                                         "learn.hindsight.iterations=all", "learn.hindsight.per_task=4"])
+    store.archive(experiment_name).add_many([c.to_record() for c in cands])
+    rows, _ = hindsight_rows(cfg, store, {task.id: task}, iteration=0)
+    in_order = CandidateArchive.get_task
+    monkeypatch.setattr(CandidateArchive, "get_task", lambda self, *a, **kw: in_order(self, *a, **kw)[::-1])
+    again, _ = hindsight_rows(cfg, store, {task.id: task}, iteration=0)
+    assert rows and rows == again

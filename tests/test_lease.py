@@ -63,3 +63,34 @@ def test_archive_writes_of_a_superseded_driver_are_refused(store: Store, experim
     assert (archive.count("t1"), archive.samples("t1"), archive.counters(["n"])) == (1, 1, [1])  # nothing leaked
     assert new.archive(experiment_name).add_many([_rec(1)], counters={"n": 1}) == [True]
     assert (archive.count("t1"), archive.counters(["n"])) == (2, [2])
+
+
+def test_scaling_and_tpo_writes_of_a_superseded_driver_are_refused(store: Store, experiment_name: str):
+    """The scaling sampler's and TPO's state writes go through the fence as the archive's do."""
+    import asyncio
+
+    from search.scaling.sampling import SamplingPlan, ScalingSampler
+    from thinking.state import TpoState
+
+    old = Store(store.client)
+    old.fence(old.leases(experiment_name).acquire(ttl_s=60))
+    fence = old.fence_for(experiment_name)
+    plan = SamplingPlan(k_inf=1, k_verif=1, k_tie=0, compare_classes=1, temperature=1.0, verify_temperature=1.0,
+                        max_tokens=4, verify_max_tokens=4, style="compact", batch_questions=1, model="m")
+    sampler = ScalingSampler(store.client, experiment_name, None, plan, fence=fence)
+    sampler._save("candidates", {"q0": {"texts": []}})
+    tpo = TpoState(store.client, experiment_name, fence)
+    tpo.put_rows({"i0": 1}, "samples")
+    # the old driver is paused past its TTL; a new one takes over
+    store.client.delete(lease_key(experiment_name))
+    Store(store.client).fence(store.leases(experiment_name).acquire(ttl_s=60))
+    with pytest.raises(LeaseLost, match="taken over"):
+        sampler._save("candidates", {"q1": {"texts": []}})
+    with pytest.raises(LeaseLost):
+        asyncio.run(ScalingSampler(store.client, f"{experiment_name}", None, plan, fence=fence).run([]))
+    with pytest.raises(LeaseLost):
+        tpo.put_rows({"i1": 1}, "samples")
+    with pytest.raises(LeaseLost):
+        tpo.put({"x": 1}, "pairs")
+    assert set(sampler.stored("candidates", ["q0", "q1"])) == {"q0"}
+    assert set(tpo.get_rows("samples")) == {"i0"} and tpo.get("pairs") is None

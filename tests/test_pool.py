@@ -199,3 +199,52 @@ def test_actor_killed_mid_request_is_restarted_and_nothing_is_lost(pool, models)
     assert after[victim].version == "v-random"  # the replacement loaded the pool's current checkpoint
     # The replacement serves new work.
     assert len(pool.generate_sync(PROMPTS, GREEDY)) == len(PROMPTS)
+
+
+# --- failures from inside a live actor, and deadlines ------------------------------------------
+
+def _break_engine(handle, how: str) -> None:
+    """Inside the live actor: its engine fails (as CUDA out of memory or a dead vLLM engine
+    does) or hangs on every later request. Runs in the actor via Ray's __ray_call__."""
+
+    def breaker(worker, how):
+        import threading
+
+        def fail(*args, **kwargs):
+            raise RuntimeError("CUDA error: out of memory")
+
+        def hang(*args, **kwargs):
+            threading.Event().wait()
+
+        worker.engine.generate = fail if how == "fail" else hang
+
+    ray.get(handle.__ray_call__.remote(breaker, how))
+
+
+@pytest.mark.parametrize("how", ["fail", "hang"])
+def test_an_engine_that_fails_or_hangs_inside_a_live_actor_is_replaced(pool, models, how):
+    """The actor is alive, its engine is not: the request is retried on a replacement (a hung
+    one once its deadline passes) and the caller gets every completion."""
+    asyncio.run(pool.load_checkpoint(models["trained"], "v0"))
+    before = {s.index: s.restarts for s in asyncio.run(pool.stats())}
+    _break_engine(pool.router.slots[0].handle, how)
+    pool.config.request_timeout_s = 30.0  # the hung engine's request is given up after this
+    try:
+        # bounded: the unfixed pool waits on a hung engine for ever
+        rows = asyncio.run(asyncio.wait_for(pool.generate(PROMPTS, GREEDY), 300))
+    finally:
+        pool.config.request_timeout_s = PoolConfig().request_timeout_s
+    assert [row[0].text for row in rows] == [expected(p) for p in PROMPTS]
+    after = asyncio.run(pool.stats())
+    assert after[0].restarts == before[0] + 1 and after[0].version == "v0"
+
+
+def test_a_caller_mistake_is_not_retried_as_an_infrastructure_failure(pool, models):
+    from common.faults import is_infrastructure
+    from common.sampling import ContextLengthError
+
+    before = [s.restarts for s in asyncio.run(pool.stats())]
+    with pytest.raises(ContextLengthError) as info:
+        pool.generate_sync(["map " * 1000], GREEDY)
+    assert not is_infrastructure(info.value)
+    assert [s.restarts for s in asyncio.run(pool.stats())] == before

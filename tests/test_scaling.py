@@ -234,3 +234,41 @@ def test_majority_fallback_settles_a_tied_vote_at_random_not_by_first_seen():
                                             params=SamplingParams(max_tokens=32, seed=s))).answer
               for s in range(20)}
     assert picked == {"8", "9"}
+
+
+def test_a_rerun_with_another_model_refuses_instead_of_mixing_samples(store, experiment_name, tmp_path,
+                                                                      untrained_model):
+    """The stored plan names the model: even with --allow-config-change (for, say, new curve
+    settings), samples of two models never end up in one pool; the run ends "failed"."""
+    import shutil
+
+    from ray_jobs.runner import execute
+    from ray_jobs.scaling import JOB
+    from store import keys
+
+    cfg = ScalingConfig(experiment=experiment_name, runs_dir=str(tmp_path), mode="curves", questions=2,
+                        model=untrained_model, sampler="local", prompt_style="compact", k_inf=2, k_verif=1, k_tie=0,
+                        max_tokens=4, verify_max_tokens=4, batch_questions=2)
+    cfg.curves.seeds, cfg.curves.bootstrap = 2, 10
+    execute(JOB, cfg, store=store)
+    stored = store.client.hlen(keys.scaling(experiment_name, "candidates"))
+    other = tmp_path / "other-model"
+    shutil.copytree(untrained_model, other)
+    cfg.model = str(other)
+    with pytest.raises(ValueError, match=r"different \['model'\]"):
+        execute(JOB, cfg, store=store, allow_config_change=True)
+    record = store.experiments.get(experiment_name)
+    assert record.status == "failed" and "model" in record.error
+    assert store.client.hlen(keys.scaling(experiment_name, "candidates")) == stored
+
+
+def test_a_scaling_job_that_fails_reads_failed(store, experiment_name, tmp_path):
+    from ray_jobs.runner import execute
+    from ray_jobs.scaling import JOB
+
+    cfg = ScalingConfig(experiment=experiment_name, runs_dir=str(tmp_path), mode="curves", questions=2,
+                        model=str(tmp_path / "no-such-model"), sampler="local", prompt_style="compact")
+    with pytest.raises(Exception):  # noqa: B017 - whatever the engine raises for a missing checkpoint
+        execute(JOB, cfg, store=store)
+    record = store.experiments.get(experiment_name)
+    assert record.status == "failed" and "no-such-model" in record.error

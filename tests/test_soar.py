@@ -155,3 +155,35 @@ def test_search_config_validation_names_the_field():
         SearchConfig(batch=0)
     with pytest.raises(ValueError, match="search.samples_per_task"):
         SearchConfig(samples_per_task=-1)
+
+
+@pytest.mark.parametrize("retries", [None, 0], ids=["executor-retries", "driver-guard"])
+def test_a_lost_sandbox_is_never_the_result_archived_for_a_program(store, experiment_name, engine, executor,
+                                                                   tasks, retries):
+    """The archive keeps a program's first result for good: when every sandbox run is lost
+    (the zygote killed before each reply), the batch fails as the machine's failure and
+    nothing is archived, so a rerun on a healthy verifier archives the programs' real results.
+    retries=None: the executor retries and raises; 0: it returns the loss and the driver refuses it."""
+    from _breakers import kill_zygote_before_replies
+
+    from common.faults import InfrastructureError
+
+    tid = TASK_IDS[0]
+    cfg = search_cfg(samples_per_task=4, refinements_per_task=0)
+    kw = {} if retries is None else {"transient_retries": retries}
+    with ArcExecutor(workers=1, allowed_modules=("evolution.dsl",), **kw) as flaky:
+        flaky.ping()
+        kills = kill_zygote_before_replies(flaky, times=None)
+        broken, _ = make_search(cfg, store, experiment_name, engine, flaky)
+        with pytest.raises(InfrastructureError, match="sandbox worker"):
+            asyncio.run(broken.run({tid: tasks[tid]}))
+    archive = store.archive(experiment_name)
+    assert kills and archive.get_task(tid) == [] and archive.counters([f"it0:sampled:{tid}"]) == [0]
+
+    healthy, sampler = make_search(cfg, store, experiment_name, engine, executor)
+    outcome = asyncio.run(healthy.run({tid: tasks[tid]}))[tid]
+    assert sampler.completions == 4 and outcome.sampled == 4
+    for cand in map(Candidate.from_record, archive.get_task(tid)):
+        fresh = executor.execute(tasks[tid], cand.code)
+        assert list(cand.statuses) == [r.status for r in fresh.train + fresh.test]
+        assert list(cand.train_correct) == [bool(r.correct) for r in fresh.train]

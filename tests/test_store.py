@@ -137,21 +137,81 @@ def test_malformed_url_is_reported():
 
 def test_wrong_password_is_reported(redis_server):
     with pytest.raises(StoreUnavailable, match="refused the credentials|cannot reach"):
-        connect(f"redis://:wrong@127.0.0.1:{redis_server.port}/0")
+        connect(f"unix://:wrong@{redis_server.socket}?db=0")
 
 
 def test_local_server_is_private_and_reused(tmp_path):
+    """A Unix socket in a 0700 directory and no TCP port: no other local process can take
+    its port (and receive the password) or reach it."""
     data_dir = tmp_path / "redis"
     server = ensure_local_server(data_dir)
     try:
-        assert server.port != 6379
-        assert stat.S_IMODE(os.stat(data_dir / "server.json").st_mode) == 0o600
-        assert stat.S_IMODE(os.stat(data_dir / "redis.conf").st_mode) == 0o600
-        assert "bind 127.0.0.1" in (data_dir / "redis.conf").read_text()
+        for f in ("server.json", "redis.conf", "password"):
+            assert stat.S_IMODE(os.stat(data_dir / f).st_mode) == 0o600, f
+        assert stat.S_IMODE(os.stat(Path(server.socket).parent).st_mode) == 0o700
+        assert connect(server.url).config_get("port") == {"port": "0"}
         with pytest.raises(redis.AuthenticationError):
-            redis.Redis(port=server.port).ping()
+            redis.Redis(unix_socket_path=server.socket, retry=None).ping()
         again = ensure_local_server(data_dir)
-        assert (again.port, again.pid) == (server.port, server.pid)  # reused, not restarted
+        assert (again.socket, again.pid) == (server.socket, server.pid)  # reused, not restarted
+    finally:
+        stop_local_server(data_dir)
+
+
+def _cwd(pid: str) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:  # gone, or not ours to read
+        return None
+
+
+def test_a_second_redis_server_never_starts_on_the_same_files(tmp_path):
+    """The running server holds a lock on its data dir: a process that cannot find (or
+    reach) it through the state file waits for it rather than starting another on its AOF."""
+    data_dir = tmp_path / "redis"
+    server = ensure_local_server(data_dir)
+    try:
+        (data_dir / "server.json").unlink()  # lost, as after a crash of the process that wrote it
+        again = ensure_local_server(data_dir)
+        assert again.pid == server.pid
+        servers = subprocess.run(["pgrep", "-x", "redis-server"], capture_output=True, text=True).stdout.split()
+        assert [p for p in servers if _cwd(p) == str(data_dir.resolve())] == [str(server.pid)]
+    finally:
+        stop_local_server(data_dir)
+
+
+def test_running_clients_reconnect_after_the_server_restarts(tmp_path):
+    data_dir = tmp_path / "redis"
+    server = ensure_local_server(data_dir)
+    client = connect(server.url)
+    try:
+        client.set("k", "before")
+        assert stop_local_server(data_dir, kill=True)
+        restarted = ensure_local_server(data_dir)
+        assert restarted.pid != server.pid and restarted.url == server.url  # same socket, same password
+        assert client.get("k") == b"before"  # the running client reconnected by itself
+    finally:
+        stop_local_server(data_dir)
+
+
+def test_a_server_still_loading_its_aof_is_waited_for_not_taken_for_dead(tmp_path, monkeypatch):
+    import store.server
+
+    data_dir = tmp_path / "redis"
+    server = ensure_local_server(data_dir)
+    client = connect(server.url)
+    client.mset({f"k{i}": os.urandom(300).hex() for i in range(40)})
+    client.bgrewriteaof()  # an RDB base: loaded key by key, each delayed below
+    while client.info("persistence")["aof_rewrite_in_progress"]:
+        pass
+    stop_local_server(data_dir)
+    monkeypatch.setattr(store.server, "START_TIMEOUT_S", 0.5)  # loading lasts longer than this
+    slow = ["key-load-delay 50000", "loading-process-events-interval-bytes 1024"]  # 40 keys x 50 ms
+    try:
+        restarted = ensure_local_server(data_dir, extra_config=slow)
+        assert connect(restarted.url).dbsize() == 40
+        log = (data_dir / "redis.log").read_text()
+        assert log.count("Redis is starting") == 2  # one start, one restart: never a second server
     finally:
         stop_local_server(data_dir)
 

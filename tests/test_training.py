@@ -203,3 +203,51 @@ def test_sft_runs_as_a_ray_task(ray_local, seed_model, tmp_path):
     result = ray.get(ref)
     assert result.metrics["steps"] == 5
     validate_checkpoint(result.checkpoint)
+
+
+def _dpo_rows(n: int, seed: int) -> list[dict[str, str]]:
+    chosen, rejected = last_digit_rows(n, seed, TARGET), last_digit_rows(n, seed, SEED_MAPPING)
+    return [{"prompt": c["prompt"], "chosen": c["completion"], "rejected": r["completion"]}
+            for c, r in zip(chosen, rejected, strict=True) if c["completion"] != r["completion"]]
+
+
+class KillAtStep(TrainerCallback):
+    """Stops the process's training at a step, as a SIGKILL there would (nothing after it runs)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            raise KeyboardInterrupt(f"killed at step {state.global_step}")
+
+
+class FirstStep(TrainerCallback):
+    def __init__(self):
+        self.first = None
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.first is None:
+            self.first = state.global_step
+
+
+@pytest.mark.parametrize("method", ["sft", "dpo"])
+def test_a_killed_training_resumes_from_its_last_checkpoint_on_the_same_rows(seed_model, tmp_path, method):
+    out = tmp_path / method / "it1"
+    if method == "sft":
+        cfg = sft_cfg(seed_model, out, max_steps=12, save_steps=5, per_device_train_batch_size=8)
+        rows, other_rows, train = last_digit_rows(64, 1, TARGET), last_digit_rows(16, 9, TARGET), train_sft
+    else:
+        cfg = DPOJobConfig(model_path=seed_model, output_dir=str(out), max_steps=12, save_steps=5,
+                           per_device_train_batch_size=8, learning_rate=1e-3, disable_tqdm=True, seed=0)
+        rows, other_rows, train = _dpo_rows(64, 1), _dpo_rows(16, 9), train_dpo
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, rows, callbacks=[KillAtStep(8)])
+    assert not out.exists()  # nothing published-looking was left
+    first = FirstStep()
+    # rows built anew differ (e.g. the archive grew): the saved rows are the ones trained on
+    result = train(cfg, other_rows, callbacks=[first])
+    assert first.first == 5 and result.metrics["resumed_from_step"] == 5  # not from step 0
+    assert result.metrics["steps"] == 12 and result.metrics["examples"] == len(rows) != len(other_rows)
+    validate_checkpoint(result.checkpoint)
+    assert not any(p.name.startswith(".it1.") for p in out.parent.iterdir())  # the work dir is gone

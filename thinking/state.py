@@ -13,11 +13,13 @@ from typing import Any
 import redis
 
 from store import keys
+from store.lease import fenced_pipeline
 
 
 class TpoState:
-    def __init__(self, client: redis.Redis, experiment: str):
-        self.client, self.experiment = client, experiment
+    def __init__(self, client: redis.Redis, experiment: str, fence: tuple[str, int] | None = None):
+        """`fence` (Store.fence_for): every write checks the driver still holds the lease."""
+        self.client, self.experiment, self.fence = client, experiment, fence
 
     def _key(self, *parts: str) -> str:
         return keys.tpo(self.experiment, *parts)
@@ -28,11 +30,13 @@ class TpoState:
 
     def put_rows(self, rows: dict[str, Any], *parts: str) -> None:
         if rows:
-            self.client.hset(self._key(*parts), mapping={k: json.dumps(v) for k, v in rows.items()})
+            with fenced_pipeline(self.client, self.experiment, self.fence) as pipe:
+                pipe.hset(self._key(*parts), mapping={k: json.dumps(v) for k, v in rows.items()})
 
     def get(self, *parts: str) -> Any:
         raw = self.client.get(self._key(*parts))
         return None if raw is None else json.loads(raw)
 
     def put(self, value: Any, *parts: str) -> None:
-        self.client.set(self._key(*parts), json.dumps(value))
+        with fenced_pipeline(self.client, self.experiment, self.fence) as pipe:
+            pipe.set(self._key(*parts), json.dumps(value))

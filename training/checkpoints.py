@@ -25,7 +25,8 @@ from store.models import file_hashes, verify_files
 
 log = logging.getLogger(__name__)
 MANIFEST = "ratchet_manifest.json"
-# the trainer's scratch dirs beside a checkpoint (training/common.py): `.<name>.work-<hex>`, `.<name>.tmp-<hex>`
+# scratch dirs beside a checkpoint (training/common.py): `.<name>.work-<hex>`, `.<name>.tmp-<hex>`; a
+# resumable training's `.<name>.work` (no suffix) is kept: a rerun resumes from it
 SCRATCH = re.compile(r"^\..+\.(work|tmp)-[0-9a-f]{8}$")
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin")

@@ -1,11 +1,18 @@
 """What SFT and DPO jobs share: the ratchet fields on top of TRL's configs, model loading,
-LoRA, threads, and writing a finished checkpoint atomically."""
+LoRA, threads, resuming a killed training, and writing a finished checkpoint atomically.
+
+A training works in `.<name>.work` beside its output dir: its rows are saved there before
+the first step (`dataset/`), and the trainer saves a checkpoint every `save_steps` steps
+(TRL's own `save_strategy="steps"`, keeping the last `save_total_limit`). Run again with
+the same output dir after a kill, it trains on the saved rows from the last checkpoint
+(`trainer.train(resume_from_checkpoint=...)`). The work dir goes once the model is saved."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import time
@@ -20,8 +27,11 @@ from datasets import Dataset, load_from_disk
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.trainer_callback import PrinterCallback
+from transformers.trainer_utils import get_last_checkpoint
 
 from training.checkpoints import finalize_checkpoint, validate_checkpoint
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -40,7 +50,11 @@ class RatchetTrainFields:
     bf16: bool | None = field(default=None)  # None: bf16 on GPU, fp32 on CPU (TRL's True fails on CPU)
     gradient_checkpointing: bool = field(default=False)  # small models: recompute costs more than it saves
     report_to: Any = field(default="none")  # no trackers unless asked: runs must work offline
-    save_strategy: Any = field(default="no")  # the finished model is saved once, atomically
+    # intermediate checkpoints in the work dir, so a killed training resumes (the finished
+    # model is still saved once, atomically, into output_dir)
+    save_strategy: Any = field(default="steps")
+    save_steps: float = field(default=50)
+    save_total_limit: int | None = field(default=1)
     logging_steps: float = field(default=10)
     dataloader_pin_memory: bool = field(default=False)
 
@@ -111,17 +125,43 @@ def as_dataset(data: Dataset | list[dict[str, Any]] | str, columns: tuple[str, .
 
 @contextlib.contextmanager
 def scratch_run(cfg):
-    """The same config with output_dir moved to a scratch dir beside it, removed afterwards.
-
-    The trainer writes logs and state into its output_dir as it goes; the final checkpoint
-    appears at cfg.output_dir only once complete, so a crash leaves nothing there.
-    """
+    """The same config with output_dir moved to a scratch dir beside it, removed afterwards
+    (for trainings that are not resumed: the reward model's)."""
     final = Path(cfg.output_dir)
     work = final.with_name(f".{final.name}.work-{uuid.uuid4().hex[:8]}")
     try:
-        yield dataclasses.replace(cfg, output_dir=str(work))
+        yield dataclasses.replace(cfg, output_dir=str(work), save_strategy="no")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+DATASET_DIR = "dataset"  # the rows a training uses, saved in its work dir before the first step
+
+
+def work_dir(output_dir: str | Path) -> Path:
+    """A training's work dir: stable, so a run started again after a kill finds it."""
+    final = Path(output_dir)
+    return final.with_name(f".{final.name}.work")
+
+
+@contextlib.contextmanager
+def resumable_run(cfg, data: Dataset):
+    """(the config with output_dir moved to the work dir, the dataset to train on, the last
+    checkpoint to resume from or None). The rows are those saved by the first attempt, so a
+    resumed training sees the same data; the work dir is removed once training succeeded."""
+    work = work_dir(cfg.output_dir)
+    saved = work / DATASET_DIR
+    if saved.is_dir():
+        data = load_from_disk(str(saved))
+        log.info("%s: resuming on the %d rows its first attempt saved", cfg.output_dir, len(data))
+    else:
+        work.mkdir(parents=True, exist_ok=True)
+        tmp = work / f".{DATASET_DIR}.tmp-{uuid.uuid4().hex[:8]}"
+        data.save_to_disk(str(tmp))
+        os.replace(tmp, saved)  # complete or absent: a kill mid-save leaves no half dataset
+    last = get_last_checkpoint(str(work)) if any(work.glob("checkpoint-*")) else None
+    yield dataclasses.replace(cfg, output_dir=str(work)), data, last
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def quiet_down(trainer, cfg: RatchetTrainFields) -> None:
@@ -164,14 +204,15 @@ def run_trainer(trainer_cls, cfg, data, columns: tuple[str, ...], callbacks: lis
     dataset = as_dataset(data, columns)
     set_threads(cfg)
     model, tokenizer = load_model(cfg.model_path)
-    with scratch_run(cfg) as run_cfg:
+    with resumable_run(cfg, dataset) as (run_cfg, dataset, last):
         trainer = trainer_cls(
             model=model, args=run_cfg, train_dataset=dataset, processing_class=tokenizer,
             peft_config=lora_config(cfg), callbacks=callbacks,
         )
         quiet_down(trainer, cfg)
-        output = trainer.train()
-        metrics = train_metrics(output, trainer) | {"examples": len(dataset)} | extra_metrics
+        output = trainer.train(resume_from_checkpoint=last)
+        metrics = (train_metrics(output, trainer) | {"examples": len(dataset)} | extra_metrics
+                   | ({"resumed_from_step": int(Path(last).name.split("-")[-1])} if last else {}))
         return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)
 
 

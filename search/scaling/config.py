@@ -59,12 +59,13 @@ class ScalingConfig:
         if self.temperature < 0 or self.verify_temperature < 0:
             raise ValueError("temperature and verify_temperature must be >= 0")
 
-    def plan(self) -> SamplingPlan:
+    def plan(self, model: str = "") -> SamplingPlan:
+        """The sampling plan stored with the experiment; `model`: the resolved checkpoint."""
         return SamplingPlan(
             k_inf=self.k_inf, k_verif=self.k_verif, k_tie=self.k_tie, compare_classes=self.compare_classes,
             temperature=self.temperature, verify_temperature=self.verify_temperature, max_tokens=self.max_tokens,
             verify_max_tokens=self.verify_max_tokens, style=self.prompt_style, batch_questions=self.batch_questions,
-            seed=self.sample_seed,
+            seed=self.sample_seed, model=model,
         )
 
 

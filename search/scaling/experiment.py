@@ -94,8 +94,9 @@ async def verification_benchmark(generate, triples: list[dict[str, str]], cfg: S
 class ScalingExperiment:
     """One scaling experiment: each step a method, the state in Redis and run_dir."""
 
-    def __init__(self, cfg: ScalingConfig, store: Store, run_dir: Path, generate: Generate):
-        self.cfg, self.store, self.run_dir, self.generate = cfg, store, run_dir, generate
+    def __init__(self, cfg: ScalingConfig, store: Store, run_dir: Path, generate: Generate, model: str = ""):
+        """`model`: the resolved checkpoint, stored in the sampling plan (a rerun with another refuses)."""
+        self.cfg, self.store, self.run_dir, self.generate, self.model = cfg, store, run_dir, generate, model
         self.started = time.time()
 
     def progress(self, phase: str, done: int, total: int) -> None:
@@ -106,7 +107,8 @@ class ScalingExperiment:
 
     def sample(self, questions: list[dict[str, str]]) -> ScoredPool:
         """Candidates, verdicts and comparisons (resumed from Redis), as one pool."""
-        sampler = ScalingSampler(self.store.client, self.cfg.experiment, self.generate, self.cfg.plan(), self.progress)
+        sampler = ScalingSampler(self.store.client, self.cfg.experiment, self.generate, self.cfg.plan(self.model),
+                                 self.progress, fence=self.store.fence_for(self.cfg.experiment))
         return ScoredPool.from_records(asyncio.run(sampler.run(questions)))
 
     def curves(self, pool: ScoredPool) -> dict[str, Any]:
@@ -133,8 +135,8 @@ class ScalingExperiment:
         print(text, flush=True)
         self.store.events(self.cfg.experiment).emit("scaling_done", wall_s=summary["wall_s"])
 
-    def run(self, model: str = "") -> dict[str, Any]:
-        summary: dict[str, Any] = {"experiment": self.cfg.experiment, "model": model}
+    def run(self) -> dict[str, Any]:
+        summary: dict[str, Any] = {"experiment": self.cfg.experiment, "model": self.model}
         if self.cfg.mode in ("curves", "both"):
             summary |= self.curves(self.sample(self.questions()))
         if self.cfg.mode in ("verification_benchmark", "both"):

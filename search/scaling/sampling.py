@@ -29,6 +29,7 @@ from common.sampling import Generate, SamplingParams
 from search.scaling.requests import generate_each
 from search.scaling.selection import verdict_score
 from store import keys
+from store.lease import fenced_pipeline
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent
 from verifiers.selfverify import (
     Style,
@@ -56,13 +57,16 @@ class SamplingPlan:
     style: Style  # verifiers.selfverify prompt style
     batch_questions: int  # questions per stored batch (the resumable unit)
     seed: int | None = None  # sampling seed
+    model: str = ""  # the checkpoint sampled: a rerun with another model must not mix its samples in
 
 
 class ScalingSampler:
     def __init__(self, client: Any, experiment: str, generate: Generate, plan: SamplingPlan,
-                 progress: Callable[[str, int, int], None] | None = None):
+                 progress: Callable[[str, int, int], None] | None = None, fence: tuple[str, int] | None = None):
+        """`fence` (Store.fence_for): every write checks the driver still holds the lease."""
         self.client, self.experiment, self.generate, self.plan = client, experiment, generate, plan
         self.progress = progress or (lambda phase, done, total: None)
+        self.fence = fence
 
     def key(self, phase: str) -> str:
         return keys.scaling(self.experiment, phase)
@@ -75,14 +79,15 @@ class ScalingSampler:
 
     def _save(self, phase: str, values: dict[str, Any]) -> None:
         if values:
-            self.client.hset(self.key(phase), mapping={k: json.dumps(v) for k, v in values.items()})
+            with fenced_pipeline(self.client, self.experiment, self.fence) as pipe:
+                pipe.hset(self.key(phase), mapping={k: json.dumps(v) for k, v in values.items()})
 
     def check_plan(self) -> None:
         """Stored samples must come from the same plan: a changed k or prompt would mix pools."""
         fixed = {k: v for k, v in asdict(self.plan).items() if k not in ("batch_questions",)}
         key = self.key("plan")
-        if self.client.set(key, json.dumps(fixed, sort_keys=True), nx=True):
-            return
+        with fenced_pipeline(self.client, self.experiment, self.fence) as pipe:
+            pipe.set(key, json.dumps(fixed, sort_keys=True), nx=True)
         old = json.loads(self.client.get(key))
         diff = sorted(k for k in fixed if old.get(k) != fixed[k])
         if diff:

@@ -19,7 +19,9 @@ them), so it is testable without Ray; pool.py wraps it in an actor. Per batch:
 Everything the program decided is cached, CPU timeouts included: a program that never
 stops is the costliest to repeat. What the machine may have decided is not (results.py
 TRANSIENT_ERRORS): a lost worker, a wall-clock timeout with CPU budget left, a SIGKILL or
-another signal the program cannot raise itself.
+another signal the program cannot raise itself. Such programs are run again (up to
+``transient_retries`` times) at once; one whose sandbox worker is still lost after that
+raises InfrastructureError (common/faults.py) instead of returning the loss as its result.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from common.faults import InfrastructureError
 from store import ExecutionCache, content_hash, normalize_code
 from verifiers.arc.grids import ArcTask, encode_rows
 from verifiers.arc.results import InputResult, ProgramResult
@@ -45,9 +48,12 @@ class ArcExecutor:
 
     def __init__(self, *, workers: int = 1, limits: SandboxLimits | None = None,
                  allowed_modules: Sequence[str] = (), extra_paths: Sequence[str | Path] = (),
-                 cache: ExecutionCache | None = None):
+                 cache: ExecutionCache | None = None, transient_retries: int = 2):
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if transient_retries < 0:
+            raise ValueError(f"transient_retries must be >= 0, got {transient_retries}")
+        self.transient_retries = transient_retries
         self.workers = workers
         self.limits = limits or SandboxLimits()
         self.allowed_modules = tuple(allowed_modules)
@@ -128,12 +134,25 @@ class ArcExecutor:
         done = self._lookup(fp, list(unique), n_inputs)
         missing = [h for h in unique if h not in done]
         fresh = self._run_all(fp, task, [unique[h] for h in missing])
+        for _ in range(self.transient_retries):  # what the machine may have decided: decide again
+            again = [i for i, runs in enumerate(fresh) if any(r.transient for r in runs)]
+            if not again:
+                break
+            for i, runs in zip(again, self._run_all(fp, task, [unique[missing[i]] for i in again]), strict=True):
+                fresh[i] = runs
         done.update(zip(missing, fresh, strict=True))
         if self.cache is not None:
             self.cache.set_many([
                 (fp, h, {"inputs": [r.to_cache() for r in runs]})
                 for h, runs in zip(missing, fresh, strict=True)
                 if not any(r.transient for r in runs)])
+        lost = [runs for runs in fresh if any(r.infrastructure for r in runs)]
+        if lost:  # never a program's result: the caller retries the batch (what ran is cached)
+            why = next(r.message for r in lost[0] if r.infrastructure)
+            raise InfrastructureError(
+                f"task {task.id}: {len(lost)} program(s) lost their sandbox worker "
+                f"{self.transient_retries + 1} times in a row (last: {why}); check the machine's "
+                "memory and the worker's stderr")
         ran = set(missing)
         results = []
         expected = task.expected

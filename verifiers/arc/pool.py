@@ -1,9 +1,11 @@
 """Ray shell around ArcExecutor: one actor per CPU node slice, a pool that spreads batches.
 
     pool = ArcVerifierPool(actors=4, workers_per_actor=2, use_cache=True)
-    refs = pool.submit(task, programs)          # ObjectRefs, one per chunk (returns at once)
-    results = pool.collect(refs)                # list[ProgramResult], in program order
-    results = pool.execute_many(task, programs) # both steps
+    results = await pool.execute(task, programs)  # list[ProgramResult], in program order
+    results = pool.execute_many(task, programs)   # the same, for callers without an event loop
+
+A failed actor (dead, OOM-killed, its executor's sandboxes lost, past its deadline) is
+replaced and its chunk retried (common/faults.py).
 
 The actor holds no logic (executor.py does, testable without Ray). It reserves one CPU
 per sandbox worker, connects to the store inside itself (redis clients do not pickle) and
@@ -13,11 +15,13 @@ ever unpickled by the driver as an object of the sandbox's choosing.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
 import ray
 
+from common.faults import DeadlineExceeded, InfrastructureError, is_infrastructure, unwrap
 from verifiers.arc.executor import ArcExecutor
 from verifiers.arc.grids import ArcTask, decode_rows
 from verifiers.arc.results import InputResult, ProgramResult
@@ -65,48 +69,91 @@ def result_from_dict(d: dict[str, Any]) -> ProgramResult:
 
 
 class ArcVerifierPool:
-    """``actors`` verifier actors; a batch is cut into chunks dealt round-robin."""
+    """``actors`` verifier actors; a batch is cut into chunks dealt round-robin.
+
+    The pool replaces a failed actor itself (Ray's max_restarts would be a budget for the
+    actor's whole lifetime: a long job would run out of it) and retries the chunk on the next
+    actor, up to ``max_chunk_retries`` times per chunk: execution is deterministic and cached,
+    so a retry is safe. A chunk past ``request_timeout_s`` counts as a failure of its actor.
+    """
 
     def __init__(self, *, actors: int = 2, workers_per_actor: int = 1,
                  limits: SandboxLimits | None = None, allowed_modules: Sequence[str] = (),
-                 use_cache: bool = True, chunk: int = CHUNK):
+                 use_cache: bool = True, chunk: int = CHUNK, request_timeout_s: float | None = 600.0,
+                 max_chunk_retries: int = 3):
         if actors < 1 or workers_per_actor < 1 or chunk < 1:
             raise ValueError("actors, workers_per_actor and chunk must all be >= 1")
-        limits_dict = (limits or SandboxLimits()).__dict__.copy()
-        # max_restarts: an actor lost with its node comes back; calls in flight are retried
-        # once (execution is deterministic and cached, so a retry is safe).
-        self.actors = [
-            ArcVerifierActor.options(num_cpus=workers_per_actor, max_restarts=2,
-                                     max_task_retries=1).remote(
-                workers=workers_per_actor, limits=limits_dict,
-                allowed_modules=list(allowed_modules), use_cache=use_cache)
-            for _ in range(actors)]
+        if max_chunk_retries < 0 or (request_timeout_s is not None and request_timeout_s <= 0):
+            raise ValueError("max_chunk_retries must be >= 0 and request_timeout_s > 0 (or None)")
+        self._options = dict(num_cpus=workers_per_actor, max_restarts=0)
+        self._kwargs = dict(workers=workers_per_actor, limits=(limits or SandboxLimits()).__dict__.copy(),
+                            allowed_modules=list(allowed_modules), use_cache=use_cache)
+        self.actors = [self._spawn() for _ in range(actors)]
         self.chunk = chunk
+        self.request_timeout_s = request_timeout_s
+        self.max_chunk_retries = max_chunk_retries
+        self.restarts = 0  # actors replaced after a failure
         self._next = 0
 
-    def submit(self, task: ArcTask, programs: Sequence[str]) -> list[ray.ObjectRef]:
-        """Returns at once: one ObjectRef per chunk, each resolving to a list of dicts."""
-        task_json = ray.put(task.to_json())
-        refs = []
-        for start in range(0, len(programs), self.chunk):
-            actor = self.actors[self._next % len(self.actors)]
-            self._next += 1
-            refs.append(actor.execute_many.remote(task.id, task_json,
-                                                  list(programs[start:start + self.chunk])))
-        return refs
+    def _spawn(self) -> Any:
+        return ArcVerifierActor.options(**self._options).remote(**self._kwargs)
 
-    @staticmethod
-    def collect(refs: Sequence[ray.ObjectRef]) -> list[ProgramResult]:
-        return [result_from_dict(d) for chunk in ray.get(list(refs)) for d in chunk]
+    def _replace(self, index: int, actor: Any) -> None:
+        if self.actors[index] is not actor:  # another chunk already replaced it
+            return
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # already gone
+            pass
+        self.actors[index] = self._spawn()
+        self.restarts += 1
+
+    async def execute(self, task: ArcTask, programs: Sequence[str]) -> list[ProgramResult]:
+        """One ProgramResult per program, in order; chunks run on the actors concurrently."""
+        task_json = ray.put(task.to_json())
+
+        async def one(chunk: list[str]) -> list[dict[str, Any]]:
+            attempts = self.max_chunk_retries + 1
+            for attempt in range(attempts):
+                index = self._next % len(self.actors)
+                self._next += 1
+                actor = self.actors[index]
+                try:
+                    ref = actor.execute_many.remote(task.id, task_json, chunk)
+                    if self.request_timeout_s is None:
+                        return await ref
+                    try:
+                        return await asyncio.wait_for(ref, self.request_timeout_s)
+                    except asyncio.TimeoutError:
+                        raise DeadlineExceeded(f"verifier actor {index} did not answer within "
+                                               f"request_timeout_s={self.request_timeout_s}") from None
+                except Exception as e:
+                    if not is_infrastructure(e):
+                        raise unwrap(e) from None
+                    self._replace(index, actor)
+                    if attempt == attempts - 1:
+                        raise InfrastructureError(
+                            f"verifier chunk failed on {attempts} actors in a row (last: {unwrap(e)!r}); "
+                            "see the actors' logs for why they fail") from e
+            raise AssertionError("unreachable")
+
+        chunks = [list(programs[s:s + self.chunk]) for s in range(0, len(programs), self.chunk)]
+        done = await asyncio.gather(*(one(c) for c in chunks))
+        return [result_from_dict(d) for rows in done for d in rows]
 
     def execute_many(self, task: ArcTask, programs: Sequence[str]) -> list[ProgramResult]:
-        return self.collect(self.submit(task, programs))
+        """execute() for callers without an event loop."""
+        return asyncio.run(self.execute(task, programs))
 
     def stats(self) -> list[dict[str, Any]]:
         return ray.get([a.stats.remote() for a in self.actors])
 
     def close(self) -> None:
-        ray.get([a.close.remote() for a in self.actors])
+        refs = [a.close.remote() for a in self.actors]
+        try:
+            ray.get(refs)
+        except Exception:  # a dead actor has nothing to close
+            pass
         for a in self.actors:
             ray.kill(a)
         self.actors = []

@@ -26,6 +26,10 @@ MAX_MESSAGE = 200  # characters of an error message kept; the program chooses it
 # SIGKILL (the OOM killer under the machine's memory pressure, or another process), and
 # any other signal the program cannot raise itself (it can only fault: SEGV, BUS, ...).
 TRANSIENT_ERRORS: frozenset[str] = frozenset(("SandboxError", "WallTimeout", "Killed", "Signalled"))
+# Of those, the ones that are never the program's: its sandbox worker (zygote) was lost or could
+# not set up. The executor retries them and raises InfrastructureError rather than return them,
+# so they never become a program's result (the archive keeps a program's first result for good).
+INFRASTRUCTURE_ERRORS: frozenset[str] = frozenset(("SandboxError",))
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,11 @@ class InputResult:
     def transient(self) -> bool:
         """The machine may have caused this outcome (see TRANSIENT_ERRORS): not cached."""
         return self.error_type in TRANSIENT_ERRORS
+
+    @property
+    def infrastructure(self) -> bool:
+        """The machine, not the program, decided this outcome (see INFRASTRUCTURE_ERRORS)."""
+        return self.error_type in INFRASTRUCTURE_ERRORS
 
     def execution(self) -> InputResult:
         """Only the program-and-input part (what the cache holds)."""
@@ -100,6 +109,11 @@ class ProgramResult:
     def train_accuracy(self) -> float:
         """Fraction of train examples solved exactly (SOAR's h)."""
         return sum(bool(r.correct) for r in self.train) / len(self.train) if self.train else 0.0
+
+    @property
+    def infrastructure(self) -> bool:
+        """Some input's outcome is the machine's (a lost sandbox): not a result to keep."""
+        return any(r.infrastructure for r in self.train + self.test)
 
     @property
     def all_ok(self) -> bool:
