@@ -166,6 +166,7 @@ class Slot:
     inflight: int = 0
     generation: int = 0  # bumped when the actor is replaced, so one death triggers one restart
     restarts: int = 0
+    started: bool = True  # False for a replacement until its model has loaded (see submit)
 
 
 class Router:
@@ -216,6 +217,7 @@ class Router:
         slot.handle = handle
         slot.generation += 1
         slot.restarts += 1
+        slot.started = False
 
 
 class SamplerPool:
@@ -275,6 +277,12 @@ class SamplerPool:
             handle, generation = slot.handle, slot.generation
             ref = None
             try:
+                if not slot.started:
+                    # A replacement first loads its model: that start is not the request's time,
+                    # so the deadline runs from here (under load a start alone can exceed it).
+                    await handle.ready.remote()
+                    if slot.generation == generation:
+                        slot.started = True
                 ref = handle.generate.remote(prompts, params)
                 results = await self._call(ref, slot.index)
             except asyncio.CancelledError:
