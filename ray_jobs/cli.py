@@ -1,12 +1,13 @@
 """The `ratchet` command: one subcommand per ray_jobs entrypoint.
 
-    ratchet serve --model PATH --port 8000        # OpenAI-compatible endpoint
-    ratchet serve --experiment demo --version v2 --api-key-env RATCHET_API_KEY
+    ratchet serve model=PATH port=8000             # OpenAI-compatible endpoint
+    ratchet serve experiment=demo version=v2 api_key_env=RATCHET_API_KEY
     ratchet soar --config configs/soar-demo.yaml   # SOAR search on ARC
     ratchet tpo --config configs/tpo-demo.yaml     # thought preference optimization
-    ratchet <command> --help
-    # the same entrypoints on a cluster:
-    ray job submit --working-dir . -- python -m ray_jobs.serve --experiment demo
+    ratchet <command> --help                       # every config field, its default and comment
+    ratchet <command> --config FILE --dry-run      # check a config; starts nothing
+    # every command takes --config FILE and field=value overrides; on a cluster:
+    ray job submit --working-dir . -- python -m ray_jobs.serve experiment=demo
 """
 
 from __future__ import annotations

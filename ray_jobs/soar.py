@@ -18,7 +18,7 @@ from typing import Any
 from evolution.backends import pool_verifier
 from evolution.config import ARC_DSL, SoarConfig
 from evolution.loop import SoarLoop, base_model, load_tasks
-from ray_jobs import runner
+from ray_jobs import checks, runner
 from search.pool import SamplerPool
 from verifiers.arc.pool import ArcVerifierPool
 
@@ -50,7 +50,7 @@ def headline(summary: dict[str, Any]) -> str:
 
 
 JOB = runner.JobSpec(workload="soar", config_cls=SoarConfig, run=run, doc=__doc__, headline=headline,
-                     iterations_flag=True)
+                     iterations_flag=True, check=checks.check_soar, shared_paths=checks.soar_shared_paths)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

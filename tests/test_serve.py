@@ -191,14 +191,31 @@ def test_cli_parses_serve_arguments(monkeypatch):
     from ray_jobs.serve import parse
 
     monkeypatch.setenv("MY_KEY", "s3")
-    settings, host, port = parse(["--experiment", "demo", "--version", "v2", "--api-key-env", "MY_KEY",
-                                  "--actors", "2", "--port", "9001"])
+    settings, host, port = parse(["experiment=demo", "version=v2", "api_key_env=MY_KEY",
+                                  "sampler.num_actors=2", "port=9001", "thought_marker=Work:", "response_marker=So:"])
     assert (settings.api_key, settings.version, settings.pool.num_actors, port) == ("s3", "v2", 2, 9001)
     assert settings.served_name == "demo" and "s3" not in repr(settings)
-    with pytest.raises(SystemExit):
-        parse(["--model", "/ckpt", "--version", "v1"])
-    with pytest.raises(SystemExit):
-        parse(["--model", "/ckpt", "--api-key-env", "UNSET_VARIABLE_XYZ"])
+    assert (settings.reasoning.thought_marker, settings.reasoning.response_marker) == ("Work:", "So:")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["model=models/tpo-arith-seed", "version=v1"], "version names a registry version"),
+    (["model=models/tpo-arith-seed", "api_key_env=UNSET_VARIABLE_XYZ"], "api_key_env=UNSET_VARIABLE_XYZ: that "
+                                                                          "environment variable is empty"),
+    (["model=/no/such/ckpt"], "model='/no/such/ckpt': no such checkpoint directory"),
+    (["experiment=demo", "actors=2"], "field 'actors' was renamed: use 'sampler.num_actors'"),
+    (["experiment=demo", "--actors", "2"], "--actors is gone: write sampler.num_actors=N"),
+    (["--model", "/ckpt"], "--model is gone: write model=PATH"),
+    (["experiment=demo", "sampler.num_actor=2"], "did you mean 'sampler.num_actors'"),
+])
+def test_serve_config_errors_are_one_line_and_exit_2(argv, message, capsys):
+    from ray_jobs.serve import parse
+
+    with pytest.raises(SystemExit) as exit_:
+        parse(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.count("\n") == 1 and err.startswith("ratchet serve: error: ")
+    assert message in err, err
 
 
 def test_thinking_model_answers_with_reasoning_content_switchable():
@@ -222,6 +239,6 @@ def test_thinking_model_answers_with_reasoning_content_switchable():
 def test_cli_parses_reasoning_markers():
     from ray_jobs.serve import parse
 
-    settings, _, _ = parse(["--model", "/ckpt", "--reasoning", "Work:", "So:"])
+    settings, _, _ = parse(["model=models/tpo-arith-seed", "thought_marker=Work:", "response_marker=So:"])
     assert settings.reasoning.thought_marker == "Work:" and settings.reasoning.response_marker == "So:"
-    assert parse(["--model", "/ckpt"])[0].reasoning is None
+    assert parse(["model=models/tpo-arith-seed"])[0].reasoning is None
