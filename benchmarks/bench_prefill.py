@@ -11,6 +11,7 @@ median of each is reported. Also times the DSL grammar constraint (SamplingParam
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import tempfile
 import time
@@ -26,7 +27,8 @@ from search.engines.hf import TransformersEngine
 ROUNDS = 5
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(prog="python -m benchmarks.bench_prefill", description=__doc__.split("\n\n")[0]).parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         engine = TransformersEngine(random_model(Path(tmp) / "model"), batch_size=64, num_threads=1)
         prompt = sampling_prompt(load_split("arc1-train")["3906de3d"].without_answers())

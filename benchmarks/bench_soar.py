@@ -13,6 +13,7 @@ All measured here, now, side by side.
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 import time
 import uuid
@@ -31,7 +32,8 @@ QUICK_SEED = SeedConfig(
 NO_CONTROLS = ["controls.measure_models=false", "controls.random_prior=false", "controls.seed_only=false"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(prog="python -m benchmarks.bench_soar", description=__doc__.split("\n\n")[0]).parse_args(argv)
     import ray
 
     started = time.time()

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 
@@ -33,7 +34,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        raise SystemExit(f"ratchet: unknown command {name!r}; choose one of {sorted(COMMANDS)}")
+        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        print(f"ratchet: error: unknown command {name!r}; {hint}choose one of {sorted(COMMANDS)}", file=sys.stderr)
+        raise SystemExit(2)
     importlib.import_module(COMMANDS[name]).main(rest)
 
 

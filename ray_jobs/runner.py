@@ -204,7 +204,9 @@ def config_parser(prog: str, doc: str, config_cls: type, iterations_flag: bool =
 
 
 def _parser(spec: JobSpec[C]) -> argparse.ArgumentParser:
-    parser = config_parser(f"python -m {spec.run.__module__}", spec.doc, spec.config_cls, spec.iterations_flag)
+    # the module's name, not run.__module__: run as `python -m ray_jobs.soar` that is "__main__"
+    prog = f"python -m ray_jobs.{spec.workload.replace('-', '_')}"
+    parser = config_parser(prog, spec.doc, spec.config_cls, spec.iterations_flag)
     parser.add_argument("--allow-config-change", action="store_true",
                         help="continue an existing experiment with a changed config (recorded in its record)")
     return parser
