@@ -96,6 +96,13 @@ def check_scaling(cfg: Any) -> None:
         need_path("model", cfg.model, "checkpoint directory")
 
 
+def scaling_shared_paths(cfg: Any) -> dict[str, str]:
+    """The checkpoint the samplers load: the seed model's cache dir, or the model's path."""
+    if cfg.model == "seed":
+        return {"seed_model.cache_dir": cfg.seed_model.cache_dir or ""}
+    return {} if cfg.sampler.engine == "openai" else {"model": cfg.model}
+
+
 # --- TPO --------------------------------------------------------------------------------------
 def check_tpo(cfg: Any) -> None:
     need_path("model.checkpoint", cfg.model.checkpoint, "checkpoint directory")

@@ -30,12 +30,12 @@ def alive_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def check_cluster(nodes: Sequence[Mapping[str, Any]], env: Mapping[str, str],
-                  shared_paths: Mapping[str, str]) -> None:
+                                shared_paths: Mapping[str, str]) -> None:
     """Refuse a multi-node run that would split its state or lose its files.
 
     `nodes`: `ray.nodes()`; `env`: the driver's environment (the job's runtime_env env_vars
     are in it, and workers get the same); `shared_paths`: config field -> the path every node
-    must read (an empty value means the field's default, the driver's run dir).
+    must read (an empty value means the field's default, a directory on the driver's machine).
     """
     count = len(alive_nodes(nodes))
     if count <= 1:
@@ -47,7 +47,7 @@ def check_cluster(nodes: Sequence[Mapping[str, Any]], env: Mapping[str, str],
             f"in the job's runtime_env env_vars ({README_SECTION})")
     for name, path in shared_paths.items():
         if not path or not path.startswith("/"):
-            shown = repr(path) if path else "'' (the driver's run dir)"
+            shown = repr(path) if path else "'' (a default on the driver's machine)"
             raise ClusterError(
                 f"{name}={shown} on a {count}-node cluster: other nodes cannot read it; set {name} to an "
                 f"absolute path on a filesystem every node mounts, e.g. {name}=/shared/ratchet")

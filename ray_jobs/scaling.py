@@ -49,7 +49,7 @@ def headline(summary: dict[str, Any]) -> str:
 
 
 JOB = runner.JobSpec(workload="scaling", config_cls=ScalingConfig, run=run_job, doc=__doc__, headline=headline,
-                     check=checks.check_scaling)
+                     check=checks.check_scaling, shared_paths=checks.scaling_shared_paths)
 
 
 def run(cfg: ScalingConfig) -> dict[str, Any]:

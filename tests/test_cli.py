@@ -248,3 +248,13 @@ def test_every_job_declares_its_checks():
     assert isinstance(runner.JobSpec, type)
     cfg = load_config("configs/scaling-demo.yaml", ScalingConfig)
     assert (cfg.sampler.num_actors, cfg.sampler.engine_kwargs) == (2, {"batch_size": 128})
+
+
+@pytest.mark.parametrize("path", sorted(p.name for p in (ROOT / "configs").glob("*.yaml")))
+def test_every_shipped_config_loads(path):
+    from ray_jobs import sft_demo
+
+    jobs = {"soar": soar, "scaling": scaling, "tpo": tpo, "sft": sft_demo}
+    job = jobs[path.split("-")[0]]
+    cfg = load_config(ROOT / "configs" / path, job.JOB.config_cls)
+    assert cfg.experiment
