@@ -2,7 +2,9 @@
 
     python -m ray_jobs.soar --config configs/soar-demo.yaml --iterations 2      # make demo
     python -m ray_jobs.soar --config configs/soar-demo.yaml search.samples_per_task=64
-    ray job submit --working-dir . -- python -m ray_jobs.soar --config configs/soar-qwen.yaml
+    python -m ray_jobs.soar --config configs/soar-demo.yaml --dry-run           # checks it; starts nothing
+    ray job submit --working-dir . --runtime-env deploy/runtime_env.yaml -- \
+        python -m ray_jobs.soar --config configs/soar-qwen.yaml storage_path=/shared/ratchet/checkpoints
 
 Writes runs/<experiment>/: config.yaml, metrics.jsonl (one row per task and iteration),
 summary.json (an `iterations` list, `baselines`), report.md, curve.png, iterations.png and

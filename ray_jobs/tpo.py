@@ -2,7 +2,8 @@
 
     python -m ray_jobs.tpo --config configs/tpo-demo.yaml                 # offline demo (make demo-tpo)
     python -m ray_jobs.tpo --config configs/tpo-demo.yaml --iterations 3 measure.seeds=[0,1,2]
-    ray job submit --working-dir . -- python -m ray_jobs.tpo --config configs/tpo-qwen.yaml  # GPUs, vLLM
+    ray job submit --working-dir . --runtime-env deploy/runtime_env.yaml -- \
+        python -m ray_jobs.tpo --config configs/tpo-qwen.yaml storage=/shared/ratchet/checkpoints  # GPUs, vLLM
 
 Wiring only: config -> store -> sampler pool (and the judge) -> thinking.TpoLoop -> report.
 The loop samples K thought+response outputs per fresh instruction, judges the responses
