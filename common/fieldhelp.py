@@ -82,7 +82,10 @@ def field_rows(cls: type, prefix: str = "", default_obj: Any = None) -> list[tup
             rows += field_rows(_unwrap_optional(hint), f"{prefix}{f.name}.", default)
             continue
         shown = "required" if default is dataclasses.MISSING else _short(default)
-        rows.append((prefix + f.name, _type_name(hint) or str(hint), shown, comments.get(f.name, "")))
+        type_name = _type_name(hint) or str(hint)
+        if _unwrap_optional(hint) is not hint:  # Optional[X]
+            type_name += " | None"
+        rows.append((prefix + f.name, type_name, shown, comments.get(f.name, "")))
     return rows
 
 
