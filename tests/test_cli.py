@@ -258,3 +258,13 @@ def test_every_shipped_config_loads(path):
     job = jobs[path.split("-")[0]]
     cfg = load_config(ROOT / "configs" / path, job.JOB.config_cls)
     assert cfg.experiment
+
+
+def test_sft_demo_counts_are_checked(capsys):
+    from ray_jobs import sft_demo
+
+    code, _, err = run_cli(sft_demo, ["sft_steps=0"], capsys)
+    assert "command line (sft_steps=0): sft_steps=0 must be >= 1" in one_line_error(code, err,
+                                                                                   "python -m ray_jobs.sft_demo")
+    code, _, err = run_cli(sft_demo, ["target_mapping=0123"], capsys)
+    assert "target_mapping='0123' must be a permutation" in one_line_error(code, err, "python -m ray_jobs.sft_demo")
