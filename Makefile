@@ -65,6 +65,10 @@ system-packages:
 	command -v redis-server >/dev/null || missing="$$missing redis-server"; \
 	ldconfig -p | grep -q 'libseccomp\.so\.2' || missing="$$missing libseccomp2"; \
 	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "missing$$missing; installing them needs root: run 'sudo apt-get install -y$$missing' (or 'sudo make system-packages') once, then make again" >&2; \
+	    exit 1; \
+	  fi; \
 	  echo "installing$$missing (apt-get)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  case "$$missing" in *redis-server*) service redis-server stop >/dev/null 2>&1 || true;; esac; \

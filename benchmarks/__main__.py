@@ -3,12 +3,20 @@ each in its own process, one after another, and say which failed."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-names = sys.argv[1:] or sorted(p.stem for p in Path(__file__).parent.glob("bench_*.py"))
+ALL = sorted(p.stem for p in Path(__file__).parent.glob("bench_*.py"))
+parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0],
+                                 epilog=f"benchmarks: {', '.join(ALL)} (each takes --help)")
+parser.add_argument("names", nargs="*", metavar="NAME", help="bench_NAME or NAME; default: all")
+names = parser.parse_args().names or ALL
+unknown = [n for n in names if (n if n.startswith("bench_") else f"bench_{n}") not in ALL]
+if unknown:
+    parser.error(f"unknown benchmark(s) {unknown}; choose from {ALL}")
 failed = []
 for name in names:
     module = name if name.startswith("bench_") else f"bench_{name}"

@@ -261,7 +261,7 @@ def _table(rows: dict[str, tuple[float, float, list[str]]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_arc", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a quarter of the corpus, 1 round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds for terminating programs")
     args = parser.parse_args(argv)

@@ -7,6 +7,7 @@ Every ratio compares two things measured here, in this run, on this machine.
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 import time
 from pathlib import Path
@@ -80,7 +81,8 @@ def bench_seed() -> dict[str, dict]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(prog="python -m benchmarks.bench_foundation", description=__doc__.split("\n\n")[0]).parse_args(argv)
     print("store (candidate archive + execution cache), real redis-server, AOF:")
     results = {fsync: bench_store(fsync) for fsync in ("always", "everysec")}
     for fsync, r in results.items():

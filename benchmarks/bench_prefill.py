@@ -16,6 +16,7 @@ alternating; the speed-up is what the cache gives each kind of request on its ow
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import tempfile
 import time
@@ -36,7 +37,8 @@ PARENTS = ["    grid = rot90(grid)\n", "    grid = flipud(grid)\n    grid = rot9
            "    grid = fliplr(grid)\n"]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(prog="python -m benchmarks.bench_prefill", description=__doc__.split("\n\n")[0]).parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         engine = TransformersEngine(random_model(Path(tmp) / "model"), batch_size=64, num_threads=1)
         prompt = sampling_prompt(load_split("arc1-train")["3906de3d"].without_answers())

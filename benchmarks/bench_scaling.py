@@ -10,7 +10,7 @@ this run, and its time is scaled to 500 questions. Both print; the ratio is the 
 
 from __future__ import annotations
 
-import sys
+import argparse
 import time
 
 from search.scaling.curves import CurvesConfig, compute_curves, powers_up_to
@@ -19,10 +19,13 @@ from search.scaling.strategies import STRATEGIES, USES_VERDICTS, StrategyOptions
 from search.scaling.strategies import reference as ref
 
 QUESTIONS, CANDIDATES, VERDICTS, SEEDS = 500, 256, 64, 20
-SLICE = int(sys.argv[1]) if len(sys.argv) > 1 else 3  # questions the reference runs
+SLICE = 3  # questions the reference runs (default)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_scaling", description=__doc__.split("\n\n")[0])
+    parser.add_argument("slice", nargs="?", type=int, default=SLICE, help="questions the per-question reference runs")
+    slice_ = parser.parse_args(argv).slice
     pool = synthetic_pool(QUESTIONS, CANDIDATES, VERDICTS, seed=0)
     ks, kvs = powers_up_to(CANDIDATES), powers_up_to(VERDICTS)
     points = sum(len(ks) * (len(kvs) if s in USES_VERDICTS else 1) for s in STRATEGIES)
@@ -39,10 +42,10 @@ def main() -> None:
     for name in STRATEGIES:
         for kv in (kvs if name in USES_VERDICTS else [None]):
             for k in ks:
-                ref.curves_point(pool, name, k, kv, SEEDS, opts, questions=range(SLICE))
+                ref.curves_point(pool, name, k, kv, SEEDS, opts, questions=range(slice_))
     slow_slice = time.perf_counter() - t
-    slow = slow_slice * QUESTIONS / SLICE
-    print(f"per-question Python, {SLICE} questions: {slow_slice:.2f}s -> {slow:.0f}s for {QUESTIONS} (scaled)")
+    slow = slow_slice * QUESTIONS / slice_
+    print(f"per-question Python, {slice_} questions: {slow_slice:.2f}s -> {slow:.0f}s for {QUESTIONS} (scaled)")
     print(f"speed-up: {slow / fast:.0f}x")
     top = curves.summary()["curves"]
     print("largest-k accuracy on the synthetic pool: " + ", ".join(f"{s} {rows[-1]['accuracy']:.3f}"

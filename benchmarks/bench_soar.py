@@ -19,6 +19,7 @@ All measured here, now, side by side.
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 import time
@@ -68,7 +69,8 @@ def prefix_cache_ratio(runs: str, tag: str) -> None:
     print(f"prefix cache on/off programs/s ratio {rate['on'] / rate['off']:.2f} (hit rate {hit:.2f}; goal >= 2)")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    argparse.ArgumentParser(prog="python -m benchmarks.bench_soar", description=__doc__.split("\n\n")[0]).parse_args(argv)
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -98,3 +98,12 @@ class SoarConfig:
     # programs tried per task at which the solved-vs-programs curve is read
     curve_budgets: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6000])
     render_tasks: int = 6  # PNG renderings of this many tasks with their attempts
+
+    def __post_init__(self):
+        if self.iterations < 1:
+            raise ValueError(f"iterations={self.iterations} must be >= 1: iteration 1 is the first search "
+                             "(2 adds a learning step and a second search)")
+        if self.render_tasks < 0:
+            raise ValueError(f"render_tasks={self.render_tasks} must be >= 0")
+        if not self.curve_budgets or min(self.curve_budgets) < 1:
+            raise ValueError(f"curve_budgets={self.curve_budgets} must be a non-empty list of counts >= 1")

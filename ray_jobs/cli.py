@@ -1,16 +1,18 @@
 """The `ratchet` command: one subcommand per ray_jobs entrypoint.
 
-    ratchet serve --model PATH --port 8000        # OpenAI-compatible endpoint
-    ratchet serve --experiment demo --version v2 --api-key-env RATCHET_API_KEY
+    ratchet serve model=PATH port=8000             # OpenAI-compatible endpoint
+    ratchet serve experiment=demo version=v2 api_key_env=RATCHET_API_KEY
     ratchet soar --config configs/soar-demo.yaml   # SOAR search on ARC
     ratchet tpo --config configs/tpo-demo.yaml     # thought preference optimization
-    ratchet <command> --help
-    # the same entrypoints on a cluster:
-    ray job submit --working-dir . -- python -m ray_jobs.serve --experiment demo
+    ratchet <command> --help                       # every config field, its default and comment
+    ratchet <command> --config FILE --dry-run      # check a config; starts nothing
+    # every command takes --config FILE and field=value overrides; on a cluster:
+    ray job submit --working-dir . -- python -m ray_jobs.serve experiment=demo
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 
@@ -32,7 +34,10 @@ def main(argv: list[str] | None = None) -> None:
         return
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        raise SystemExit(f"ratchet: unknown command {name!r}; choose one of {sorted(COMMANDS)}")
+        close = difflib.get_close_matches(name, list(COMMANDS), n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        print(f"ratchet: error: unknown command {name!r}; {hint}choose one of {sorted(COMMANDS)}", file=sys.stderr)
+        raise SystemExit(2)
     importlib.import_module(COMMANDS[name]).main(rest)
 
 

@@ -3,8 +3,12 @@
     def main(argv=None):
         runner.main(JOB, argv)                      # JOB = runner.JobSpec(...)
 
-A job supplies only its config class and `run(cfg, ctx) -> summary`; the runner parses
-`--config FILE field=value ...`, takes the experiment's lease (a second driver of the same
+A job supplies only its config class and `run(cfg, ctx) -> summary` (and optionally a
+`check(cfg)` of what can be checked before anything starts: paths, task ids); the runner
+parses `--config FILE field=value ...` (`--help` lists every field with its default and
+comment, `--print-config` prints the resolved config, `--dry-run` checks it and stops; a
+wrong config is one line on stderr and exit code 2), runs the checks, refuses a multi-node
+cluster without a shared Redis or storage (ray_jobs/cluster.py), takes the experiment's lease (a second driver of the same
 experiment refuses, naming the first), checks the run's identity (a rerun with another
 resolved config refuses unless `--allow-config-change`, which is recorded), writes
 `runs/<experiment>/config.yaml` and the experiment record (secrets redacted), starts (or
@@ -23,6 +27,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -31,15 +36,20 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import ray
+import yaml
 
 from common.config import (
+    ConfigError,
     RedactingFilter,
     config_hash,
     dump_yaml,
     load_config,
+    redact_secrets,
     secret_values,
     to_dict,
 )
+from common.fieldhelp import describe_fields
+from ray_jobs.cluster import check_cluster
 from store import Lease, Store
 
 log = logging.getLogger(__name__)
@@ -67,6 +77,22 @@ class JobSpec(Generic[C]):
     doc: str  # the job module's docstring: its first paragraph is the --help description
     headline: Callable[[dict[str, Any]], str] | None = None  # the final line, from the summary
     iterations_flag: bool = False  # add --iterations N as a shortcut for iterations=N
+    # what can be checked before Redis, Ray or a seed build start (paths exist, task ids,
+    # engine names); raises ConfigError naming the field
+    check: Callable[[Any], None] | None = None
+    # config field -> path every node reads (checkpoints, datasets): absolute on a multi-node cluster
+    shared_paths: Callable[[Any], dict[str, str]] | None = None
+
+
+def preflight(spec: JobSpec[C], cfg: C, start_ray: bool = True) -> None:
+    """The job's own checks, then the cluster's. Ray is joined (or started) here unless
+    `start_ray` is False: then only a cluster named by RAY_ADDRESS is joined (a dry run starts
+    nothing; a local Ray would be one node, which needs no cluster check)."""
+    if spec.check is not None:
+        spec.check(cfg)
+    if start_ray or ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
+        init_ray()
+        check_cluster(ray.nodes(), os.environ, spec.shared_paths(cfg) if spec.shared_paths else {})
 
 
 def init_ray() -> None:
@@ -130,6 +156,7 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
     ends the run as "killed".
     """
     filt = redact_logs(cfg)
+    preflight(spec, cfg)  # before the store: a cluster without a shared Redis must not start one
     store = store or Store.connect()
     lease = store.leases(cfg.experiment).acquire()  # LeaseHeld: another driver runs this experiment
     with Heartbeat(lease):
@@ -140,7 +167,6 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
         dump_yaml(cfg, run_dir / "config.yaml")  # only once the identity check passed
         store.fence(lease)
         try:
-            init_ray()
             if stop_on_sigterm and threading.current_thread() is threading.main_thread():
                 signal.signal(signal.SIGTERM, _sigterm)  # after ray.init, which installs its own
             store.experiments.set_status(cfg.experiment, "running", host=socket.gethostname(), pid=os.getpid(),
@@ -159,16 +185,41 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
     return summary
 
 
-def _parser(spec: JobSpec[C]) -> argparse.ArgumentParser:
-    module = spec.run.__module__
-    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=spec.doc.split("\n\n")[0])
+def config_parser(prog: str, doc: str, config_cls: type, iterations_flag: bool = False) -> argparse.ArgumentParser:
+    """The CLI every command shares: `--config FILE`, dotted `field=value` overrides,
+    `--print-config`, `--dry-run`, and a `--help` that lists every config field."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="config fields (set them as field=value arguments or in the --config YAML):\n"
+               + describe_fields(config_cls))
     parser.add_argument("--config", default=None, help="YAML of overrides (see configs/)")
-    if spec.iterations_flag:
+    if iterations_flag:
         parser.add_argument("--iterations", type=int, default=None, help="shortcut for iterations=N")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the resolved config (secrets as ***) and exit")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="check the config (fields, paths, task ids, the cluster) and exit 0; starts nothing")
+    parser.add_argument("overrides", nargs="*", metavar="field=value", help="overrides, e.g. search.seed=1")
+    return parser
+
+
+def _parser(spec: JobSpec[C]) -> argparse.ArgumentParser:
+    # the module's name, not run.__module__: run as `python -m ray_jobs.soar` that is "__main__"
+    prog = f"python -m ray_jobs.{spec.workload.replace('-', '_')}"
+    parser = config_parser(prog, spec.doc, spec.config_cls, spec.iterations_flag)
     parser.add_argument("--allow-config-change", action="store_true",
                         help="continue an existing experiment with a changed config (recorded in its record)")
-    parser.add_argument("overrides", nargs="*", help="field=value overrides, e.g. search.seed=1")
     return parser
+
+
+def print_config(cfg: Any) -> None:
+    """The resolved config as YAML on stdout, secrets as ***."""
+    sys.stdout.write(yaml.safe_dump(redact_secrets(to_dict(cfg)), sort_keys=False))
+
+
+def config_error(parser: argparse.ArgumentParser, error: ConfigError) -> None:
+    """Exit as argparse does on a usage error: one line on stderr, exit code 2, no traceback."""
+    parser.exit(2, f"{parser.prog}: error: {redact_secrets(str(error))}\n")
 
 
 def _config(spec: JobSpec[C], args: argparse.Namespace) -> C:
@@ -189,11 +240,21 @@ def _sigterm(signum: int, frame: Any) -> None:
 
 def main(spec: JobSpec[C], argv: list[str] | None = None) -> dict[str, Any]:
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt="%H:%M:%S")
-    args = _parser(spec).parse_args(argv)
+    parser = _parser(spec)
+    args = parser.parse_args(argv)
     try:
+        cfg = _config(spec, args)
+        if args.print_config:
+            print_config(cfg)
+            return {}
+        if args.dry_run:
+            preflight(spec, cfg, start_ray=False)
+            print(f"{parser.prog}: config of experiment {cfg.experiment!r} checked; nothing started (--dry-run)")
+            return {}
         # `ray job stop` sends SIGTERM: the record then says "killed", not "running"
-        return execute(spec, _config(spec, args), allow_config_change=args.allow_config_change,
-                       stop_on_sigterm=True)
+        return execute(spec, cfg, allow_config_change=args.allow_config_change, stop_on_sigterm=True)
+    except ConfigError as e:  # the user's mistake: one line, no traceback, argparse's exit code
+        config_error(parser, e)
     except Exception:
         # through the redacting log handlers: Python's own printer would write the error (and
         # a secret in its message) to stderr, the `ray job logs` of the job, unfiltered

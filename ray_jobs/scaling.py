@@ -2,9 +2,10 @@
 
     python -m ray_jobs.scaling --config configs/scaling-demo.yaml          # offline demo (make demo-scaling)
     python -m ray_jobs.scaling --config configs/scaling-demo.yaml questions=20 k_inf=8
-    python -m ray_jobs.scaling dataset=data/math500.jsonl model=/ckpt/qwen prompt_style=full \\
-        engine=vllm num_actors=8 experiment=math500-v1
-    ray job submit --working-dir . -- python -m ray_jobs.scaling --config configs/scaling-demo.yaml
+    python -m ray_jobs.scaling dataset=/data/math500.jsonl model=/ckpt/qwen prompt_style=full \\
+        sampler.engine=vllm sampler.num_actors=8 experiment=math500-v1
+    ray job submit --working-dir . --runtime-env deploy/runtime_env.yaml -- \
+        python -m ray_jobs.scaling --config configs/scaling-demo.yaml seed_model.cache_dir=/shared/ratchet/models
 
 Writes runs/<experiment>/: config.yaml, pool.npz, curves.csv, heatmap.csv, summary.json,
 heatmap.png, curves.png, curves_ambiguous.png and report.md (with the verification
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray_jobs import runner
+from ray_jobs import checks, runner
 from search.scaling.config import ScalingConfig
 from search.scaling.experiment import ScalingExperiment, make_generate
 from training.seed import build_seed_model
@@ -48,7 +49,8 @@ def headline(summary: dict[str, Any]) -> str:
     return "scaling: " + ("; ".join(parts) or "verification benchmark done") + f" ({summary['wall_s']}s)"
 
 
-JOB = runner.JobSpec(workload="scaling", config_cls=ScalingConfig, run=run_job, doc=__doc__, headline=headline)
+JOB = runner.JobSpec(workload="scaling", config_cls=ScalingConfig, run=run_job, doc=__doc__, headline=headline,
+                     check=checks.check_scaling, shared_paths=checks.scaling_shared_paths)
 
 
 def run(cfg: ScalingConfig) -> dict[str, Any]:

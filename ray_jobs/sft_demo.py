@@ -39,6 +39,13 @@ class SftDemoConfig:
     learning_rate: float = 3e-3
     heldout_rows: int = 200  # evaluation rows never trained on
 
+    def __post_init__(self):
+        for name in ("seed_steps", "sft_rows", "sft_steps", "heldout_rows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if sorted(self.target_mapping) != list(IDENTITY):
+            raise ValueError(f"target_mapping={self.target_mapping!r} must be a permutation of the digits 0-9")
+
 
 async def run(cfg: SftDemoConfig, ctx: runner.JobContext) -> dict:
     started = time.time()

@@ -2,7 +2,9 @@
 
     python -m ray_jobs.soar --config configs/soar-demo.yaml --iterations 2      # make demo
     python -m ray_jobs.soar --config configs/soar-demo.yaml search.samples_per_task=64
-    ray job submit --working-dir . -- python -m ray_jobs.soar --config configs/soar-qwen.yaml
+    python -m ray_jobs.soar --config configs/soar-demo.yaml --dry-run           # checks it; starts nothing
+    ray job submit --working-dir . --runtime-env deploy/runtime_env.yaml -- \
+        python -m ray_jobs.soar --config configs/soar-qwen.yaml storage_path=/shared/ratchet/checkpoints
 
 Writes runs/<experiment>/: config.yaml, metrics.jsonl (one row per task and iteration),
 summary.json (an `iterations` list, `baselines`), report.md, curve.png, iterations.png and
@@ -18,7 +20,7 @@ from typing import Any
 from evolution.backends import pool_verifier
 from evolution.config import ARC_DSL, SoarConfig
 from evolution.loop import SoarLoop, base_model, load_tasks
-from ray_jobs import runner
+from ray_jobs import checks, runner
 from search.pool import SamplerPool
 from verifiers.arc.pool import ArcVerifierPool
 
@@ -51,7 +53,7 @@ def headline(summary: dict[str, Any]) -> str:
 
 
 JOB = runner.JobSpec(workload="soar", config_cls=SoarConfig, run=run, doc=__doc__, headline=headline,
-                     iterations_flag=True)
+                     iterations_flag=True, check=checks.check_soar, shared_paths=checks.soar_shared_paths)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

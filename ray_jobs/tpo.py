@@ -2,7 +2,8 @@
 
     python -m ray_jobs.tpo --config configs/tpo-demo.yaml                 # offline demo (make demo-tpo)
     python -m ray_jobs.tpo --config configs/tpo-demo.yaml --iterations 3 measure.seeds=[0,1,2]
-    ray job submit --working-dir . -- python -m ray_jobs.tpo --config configs/tpo-qwen.yaml  # GPUs, vLLM
+    ray job submit --working-dir . --runtime-env deploy/runtime_env.yaml -- \
+        python -m ray_jobs.tpo --config configs/tpo-qwen.yaml storage=/shared/ratchet/checkpoints  # GPUs, vLLM
 
 Wiring only: config -> store -> sampler pool (and the judge) -> thinking.TpoLoop -> report.
 The loop samples K thought+response outputs per fresh instruction, judges the responses
@@ -15,11 +16,12 @@ report.md and iterations.png.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ray_jobs import runner
-from search.pool import PoolConfig, SamplerPool
+from ray_jobs import checks, runner
+from search.pool import SamplerPool
 from thinking import report
 from thinking.config import TpoConfig
 from thinking.loop import TpoLoop
@@ -27,8 +29,6 @@ from thinking.state import TpoState
 from training.checkpoints import clean_scratch, discard_unpublished
 from training.dpo import DPOJobConfig, train_dpo_remote
 from verifiers.judges import make_judge as build
-
-CPUS_PER_SAMPLER = 1.0  # each sampler actor's CPU share
 
 
 def resolve(path: str) -> str:
@@ -48,8 +48,7 @@ def make_judge(cfg: TpoConfig):
         engine = OpenAIEngine(j.base_url, model=j.model or None, api_key=os.environ.get("OPENAI_API_KEY"))
         return build("pairwise", generate=engine.agenerate, **j.kwargs), None
     if j.kind == "pairwise":
-        pool = SamplerPool(PoolConfig(engine=cfg.model.engine, engine_kwargs=cfg.model.engine_kwargs,
-                                      num_cpus_per_actor=CPUS_PER_SAMPLER), checkpoint=resolve(j.checkpoint))
+        pool = SamplerPool(replace(cfg.sampler, num_actors=1, experiment=None), checkpoint=resolve(j.checkpoint))
         return build("pairwise", generate=pool.generate, **j.kwargs), pool
     return build("programmatic", **j.kwargs), None
 
@@ -71,9 +70,7 @@ def dpo_trainer(cfg: TpoConfig, storage: Path, models):
 async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
     models = ctx.store.models(cfg.experiment)
     seed = resolve(cfg.model.checkpoint)
-    pool = SamplerPool(PoolConfig(engine=cfg.model.engine, engine_kwargs=cfg.model.engine_kwargs,
-                                  num_actors=cfg.model.num_actors, num_cpus_per_actor=CPUS_PER_SAMPLER,
-                                  experiment=cfg.experiment), checkpoint=seed)
+    pool = SamplerPool(replace(cfg.sampler, experiment=cfg.experiment), checkpoint=seed)
     judge, judge_pool = make_judge(cfg)
     # under the experiment's name, so experiments sharing a storage path never collide
     storage = Path(cfg.storage) / cfg.experiment if cfg.storage else ctx.run_dir
@@ -101,7 +98,7 @@ def headline(s: dict[str, Any]) -> str:
 
 
 JOB = runner.JobSpec(workload="tpo", config_cls=TpoConfig, run=run, doc=__doc__, headline=headline,
-                     iterations_flag=True)
+                     iterations_flag=True, check=checks.check_tpo, shared_paths=checks.tpo_shared_paths)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -38,21 +38,26 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
+def configured_url() -> str | None:
+    """$RATCHET_REDIS_URL, else the file named by $RATCHET_REDIS_URL_FILE, else None."""
+    if os.environ.get(ENV_URL):
+        return os.environ[ENV_URL]
+    path = os.environ.get(ENV_URL_FILE)
+    if not path:
+        return None
+    try:
+        text = open(path).read().strip()
+    except OSError as e:
+        raise StoreUnavailable(f"{ENV_URL_FILE}={path}: cannot read the Redis URL file: {e}") from e
+    if not text:
+        raise StoreUnavailable(f"{ENV_URL_FILE}={path}: the file is empty; write the Redis URL into it")
+    return text
+
+
 def resolve_url(url: str | None = None) -> str:
     """The URL to use: explicit, else $RATCHET_REDIS_URL, else the file named by
     $RATCHET_REDIS_URL_FILE, else the local server (started if needed)."""
-    if url or os.environ.get(ENV_URL):
-        return url or os.environ[ENV_URL]
-    path = os.environ.get(ENV_URL_FILE)
-    if path:
-        try:
-            text = open(path).read().strip()
-        except OSError as e:
-            raise StoreUnavailable(f"{ENV_URL_FILE}={path}: cannot read the Redis URL file: {e}") from e
-        if not text:
-            raise StoreUnavailable(f"{ENV_URL_FILE}={path}: the file is empty; write the Redis URL into it")
-        return text
-    return ensure_local_server().url
+    return url or configured_url() or ensure_local_server().url
 
 
 def connect(url: str | None = None) -> redis.Redis:

@@ -177,6 +177,12 @@ def _config_text(sock: Path, password: str, data_dir: Path, fsync: str, extra: S
     ])
 
 
+def running_local_server(data_dir: Path | None = None) -> LocalServer | None:
+    """The machine's local server if one answers; never starts one."""
+    state = _read_state(Path(data_dir or ratchet_home() / "redis"))
+    return state if state is not None and _alive(state) else None
+
+
 def ensure_local_server(
     data_dir: Path | None = None, fsync: Literal["always", "everysec"] = "always", extra_config: Sequence[str] = (),
 ) -> LocalServer:

@@ -204,7 +204,7 @@ def untrained_model(tmp_path_factory) -> str:
 def test_scaling_job_end_to_end_on_a_real_model(store, experiment_name, tmp_path, untrained_model):
     cfg = ScalingConfig(
         experiment=experiment_name, runs_dir=str(tmp_path), mode="both", questions=4, model=untrained_model,
-        sampler="local", prompt_style="compact", k_inf=4, k_verif=2, k_tie=2, temperature=1.0, max_tokens=6,
+        in_process=True, prompt_style="compact", k_inf=4, k_verif=2, k_tie=2, temperature=1.0, max_tokens=6,
         verify_max_tokens=6, benchmark_triples=3, batch_questions=2,
     )
     cfg.curves.seeds, cfg.curves.bootstrap = 3, 50

@@ -239,11 +239,11 @@ def test_store_url_prints_the_password_only_when_asked(tmp_path):
     env = os.environ | {"RATCHET_HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).parents[1])}
     env.pop(ENV_URL, None)
     try:
+        password = ensure_local_server(tmp_path / "redis").password  # `url` starts none (tests/test_cli.py)
         shown = subprocess.run([sys.executable, "-m", "store", "url"], env=env, capture_output=True, text=True,
                                check=True).stdout.strip()
         full = subprocess.run([sys.executable, "-m", "store", "url", "--show-password"], env=env,
                               capture_output=True, text=True, check=True).stdout.strip()
-        password = ensure_local_server(tmp_path / "redis").password
         assert password in full and password not in shown
         assert shown == full.replace(password, "***")
     finally:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
+from search.pool import PoolConfig
 from thinking.pairs import PairsConfig
 from thinking.prompts import DirectPromptConfig, ThoughtPromptConfig
 
@@ -12,9 +13,6 @@ from thinking.prompts import DirectPromptConfig, ThoughtPromptConfig
 @dataclass
 class ModelConfig:
     checkpoint: str = "models/tpo-arith-seed"  # the seed: a Hugging Face checkpoint dir every node can read
-    engine: str = "transformers"  # search.engines name (vllm on GPUs)
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. batch_size, gpu_memory_utilization
-    num_actors: int = 1  # sampler actors in the pool
 
 
 @dataclass
@@ -87,7 +85,10 @@ class TpoConfig:
     instruction_seed: int = 1  # iteration i draws with seed instruction_seed + i (fresh each iteration)
     heldout_seed: int = 1000  # held-out instructions' seed
     baseline: bool = True  # also run the direct-response arm, same budget (TPO is compared with it)
-    model: ModelConfig = field(default_factory=ModelConfig)  # seed model and sampler engine
+    model: ModelConfig = field(default_factory=ModelConfig)  # the seed model
+    # the samplers' engine (vllm on GPUs), engine_kwargs and Ray actors (search/pool.py); a
+    # pairwise judge's own pool uses the same engine
+    sampler: PoolConfig = field(default_factory=PoolConfig)
     prompt: ThoughtPromptConfig = field(default_factory=ThoughtPromptConfig)  # thought prompt and markers
     direct_prompt: DirectPromptConfig = field(default_factory=DirectPromptConfig)  # the baseline's prompt
     sample: SampleConfig = field(default_factory=SampleConfig)  # K samples per instruction
@@ -95,6 +96,11 @@ class TpoConfig:
     pairs: PairsConfig = field(default_factory=PairsConfig)  # length control and unparsable cap
     train: TrainConfig = field(default_factory=TrainConfig)  # DPO per iteration
     measure: MeasureConfig = field(default_factory=MeasureConfig)  # held-out measurement
+
+    # old spellings: an error names the new one (one name per setting across every job)
+    renamed_fields: ClassVar[dict[str, str]] = {
+        "model.engine": "sampler.engine", "model.engine_kwargs": "sampler.engine_kwargs",
+        "model.num_actors": "sampler.num_actors"}
 
     def __post_init__(self):
         if self.iterations < 0:

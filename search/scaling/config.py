@@ -6,8 +6,9 @@ Loaded from YAML by common.config (configs/scaling-*.yaml) with field=value over
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import ClassVar, Literal
 
+from search.pool import PoolConfig
 from search.scaling.curves import CurvesConfig
 from search.scaling.sampling import SamplingPlan
 from training.seed import SeedConfig
@@ -30,10 +31,9 @@ class ScalingConfig:
     benchmark_triples: int = 100  # triples used by the verification benchmark
     model: str = "seed"  # "seed": build/reuse the offline seed model; else a checkpoint (or served model name)
     seed_model: SeedConfig = field(default_factory=demo_seed)  # used when model == "seed"
-    engine: str = "transformers"  # search.engines name
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # e.g. batch_size, base_url
-    sampler: Literal["pool", "local"] = "pool"  # Ray SamplerPool, or one engine in this process
-    num_actors: int = 1  # sampler actors (pool only)
+    # engine, engine_kwargs (e.g. batch_size, base_url) and Ray actors (search/pool.py)
+    sampler: PoolConfig = field(default_factory=PoolConfig)
+    in_process: bool = False  # one engine in this process instead of the Ray SamplerPool (tests, debugging)
     prompt_style: Literal["full", "compact"] = "full"  # "compact" is what the seed model was trained on
     k_inf: int = 200  # candidates per question (REFERENCES: 200)
     k_verif: int = 50  # verdicts per candidate (REFERENCES: 50)
@@ -50,7 +50,7 @@ class ScalingConfig:
     curves: CurvesConfig = field(default_factory=CurvesConfig)
 
     def __post_init__(self):
-        for name in ("questions", "k_inf", "k_verif", "num_actors", "batch_questions", "compare_classes",
+        for name in ("questions", "k_inf", "k_verif", "batch_questions", "compare_classes",
                      "max_tokens", "verify_max_tokens", "benchmark_triples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
@@ -58,6 +58,10 @@ class ScalingConfig:
             raise ValueError(f"k_tie={self.k_tie} must be >= 0")
         if self.temperature < 0 or self.verify_temperature < 0:
             raise ValueError("temperature and verify_temperature must be >= 0")
+
+    # old spellings: an error names the new one (one name per setting across every job)
+    renamed_fields: ClassVar[dict[str, str]] = {
+        "num_actors": "sampler.num_actors", "engine": "sampler.engine", "engine_kwargs": "sampler.engine_kwargs"}
 
     def plan(self, model: str = "") -> SamplingPlan:
         """The sampling plan stored with the experiment; `model`: the resolved checkpoint."""

@@ -17,13 +17,14 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from common.sampling import Completion, Generate, Prompt, SamplingParams
-from search.pool import PoolConfig, SamplerPool  # Ray is started by the job runner
+from search.pool import SamplerPool  # Ray is started by the job runner
 from search.scaling.arith_problems import arith_triples, make_problems
 from search.scaling.config import ScalingConfig
 from search.scaling.curves import compute_curves
@@ -34,8 +35,6 @@ from store import Store
 from store.codehash import content_hash
 from verifiers.math_answers import load_jsonl_dataset
 from verifiers.selfverify import compare_prompt, parse_comparison, parse_verification, verify_prompt
-
-CPUS_PER_SAMPLER = 1.0  # each sampler actor's CPU share; engines use that many threads
 
 
 def load_questions(cfg: ScalingConfig) -> list[dict[str, str]]:
@@ -50,19 +49,17 @@ def load_questions(cfg: ScalingConfig) -> list[dict[str, str]]:
 
 def make_generate(cfg: ScalingConfig, checkpoint: str) -> tuple[Generate, Callable[[], None]]:
     """An async (prompts, params) -> completions over the SamplerPool or an in-process engine."""
-    if cfg.sampler == "local":
+    if cfg.in_process:
         from search.engines import make_engine
 
-        engine = make_engine(cfg.engine, checkpoint=checkpoint, **cfg.engine_kwargs)
+        engine = make_engine(cfg.sampler.engine, checkpoint=checkpoint, **cfg.sampler.engine_kwargs)
 
         async def generate(prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
             return await asyncio.to_thread(engine.generate, list(prompts), params)
 
         return generate, lambda: None
 
-    pool = SamplerPool(PoolConfig(engine=cfg.engine, engine_kwargs=cfg.engine_kwargs, num_actors=cfg.num_actors,
-                                  num_cpus_per_actor=CPUS_PER_SAMPLER, experiment=cfg.experiment),
-                       checkpoint=checkpoint)
+    pool = SamplerPool(replace(cfg.sampler, experiment=cfg.experiment), checkpoint=checkpoint)
     return pool.generate, pool.shutdown
 
 

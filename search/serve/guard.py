@@ -11,6 +11,8 @@ constant time with the digest of the token a request sends.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import hashlib
 import hmac
 import json
@@ -45,12 +47,13 @@ def read_api_key_file(path: str) -> str:
     return key
 
 
-def api_key_from_environment() -> str | None:
+def api_key_from_environment(env: Mapping[str, str] | None = None) -> str | None:
     """$RATCHET_API_KEY, else the file named by $RATCHET_API_KEY_FILE, else None."""
-    if os.environ.get(API_KEY_ENV):
-        return os.environ[API_KEY_ENV]
-    if os.environ.get(API_KEY_FILE_ENV):
-        return read_api_key_file(os.environ[API_KEY_FILE_ENV])
+    env = os.environ if env is None else env
+    if env.get(API_KEY_ENV):
+        return env[API_KEY_ENV]
+    if env.get(API_KEY_FILE_ENV):
+        return read_api_key_file(env[API_KEY_FILE_ENV])
     return None
 
 

