@@ -4,6 +4,8 @@
     ratchet serve --experiment demo --version v2 --api-key-env RATCHET_API_KEY
     ratchet soar --config configs/soar-demo.yaml   # SOAR search on ARC
     ratchet tpo --config configs/tpo-demo.yaml     # thought preference optimization
+    ratchet runs                                   # experiments in the store: status, headline
+    ratchet runs compare tpo-a tpo-b               # two runs' numbers side by side
     ratchet <command> --help
     # the same entrypoints on a cluster:
     ray job submit --working-dir . -- python -m ray_jobs.serve --experiment demo
@@ -21,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "scaling": "ray_jobs.scaling",
     "tpo": "ray_jobs.tpo",
     "sft-demo": "ray_jobs.sft_demo",
+    "runs": "ray_jobs.runs",
 }
 
 
