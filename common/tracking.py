@@ -17,6 +17,7 @@ needs `wandb login` (or WANDB_MODE=offline). Nothing is tracked unless asked.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import numbers
 from dataclasses import dataclass, field
@@ -69,7 +70,7 @@ class Tracker:
     @classmethod
     def start(cls, cfg: TrackingConfig, *, run_dir: Path, experiment: str, config: Any = None) -> Tracker:
         backends: dict[str, Any] = {}
-        params = redact_secrets(to_dict(config)) if config is not None else {}
+        params = redact_secrets(to_dict(config) if dataclasses.is_dataclass(config) else config or {})
         for name in cfg.report_to:
             try:
                 backends[name] = _OPEN[name](tracking_dir(cfg, run_dir) / "search", experiment, params)

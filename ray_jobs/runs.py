@@ -8,7 +8,7 @@
 Reads the store named by $RATCHET_REDIS_URL (else the machine's local server). Numbers come
 from each run's summary as the job runner recorded it when the run finished: numeric leaves,
 with lists of per-iteration entries read at their last entry (`iterations[-1].solved`).
-Exit status 2 names an experiment the store does not have.
+Exit status 2: an experiment the store does not have; 1: the store cannot be reached.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import asdict
 from typing import Any
 
 from store import Store
+from store.connection import StoreUnavailable
 from store.experiments import Experiment, changed_fields
 
 
@@ -120,7 +121,11 @@ def _get(store: Store, name: str) -> Experiment:
 def main(argv: list[str] | None = None, store: Store | None = None) -> None:
     """The output is the product (tables or JSON on stdout), so this prints rather than logs."""
     args = _parser().parse_args(argv)
-    store = store or Store.connect()
+    try:
+        store = store or Store.connect()
+    except StoreUnavailable as e:
+        print(f"ratchet runs: {e}", file=sys.stderr)
+        raise SystemExit(1) from None
     if args.command == "show":
         e = _get(store, args.name)
         print(json.dumps(asdict(e), indent=1) if args.json else show_text(e))
