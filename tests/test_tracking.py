@@ -7,19 +7,21 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from common.config import ConfigError, build_config
 from common.tracking import Tracker, TrackingConfig, training_args
 from thinking.loop import TpoLoop
 from thinking.state import TpoState
 
+events_module = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator",
+                                    reason="the tracking extra: pip install -e '.[tracking]' (make setup does)")
+
 SECRET = "sk-tracking-secret-4711"
 SEED = str(Path(__file__).parents[1] / "models" / "tpo-arith-seed")  # the embedded tiny model
 
 
 def scalars(path: Path) -> dict[str, list[tuple[int, float]]]:
-    events = EventAccumulator(str(path))
+    events = events_module.EventAccumulator(str(path))
     events.Reload()
     return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
