@@ -20,6 +20,8 @@ import os
 import ray
 from ray import serve
 
+from common.config import secret_values
+from common.logs import ray_runtime_env, setup_logging
 from search.engines import ENGINES
 from search.pool import PoolConfig
 from search.serve import ServeSettings, build_serve_app
@@ -31,10 +33,11 @@ APP_NAME = "ratchet"
 def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, blocking: bool = True) -> str:
     """Start Serve on the current Ray cluster (ray.init if needed); returns the base URL."""
 
-    if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"))
+    if not ray.is_initialized():  # workers log like the jobs' (common.logs)
+        ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env=ray_runtime_env())
     serve.start(http_options={"host": host, "port": port})
     url = f"http://{host}:{port}/v1"
+    # the URL is what the user needs from this command: stdout, not a log line
     print(f"starting {settings.served_name} at {url}" + (" (Ctrl-C stops)" if blocking else ""), flush=True)
     # blocking=True: Serve's own wait loop, which shuts the app down on Ctrl-C.
     serve.run(build_serve_app(settings), name=APP_NAME, route_prefix="/", blocking=blocking)
@@ -80,6 +83,7 @@ def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
 
 def main(argv: list[str] | None = None) -> None:
     settings, host, port = parse(argv)
+    setup_logging(secrets=secret_values(settings))  # the bearer token and engine keys never logged
     run(settings, host=host, port=port)
 
 
