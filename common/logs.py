@@ -89,7 +89,24 @@ def setup_logging(level: str | int | None = None, secrets: Iterable[str] = ()) -
     root.setLevel(level or os.environ.get(ENV_LEVEL, "INFO").upper())
     for noisy in ("httpx", "urllib3", "filelock"):  # one line per HTTP request / lock: not a job's story
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.captureWarnings(True)  # a library's FutureWarning as a log line, not a raw stderr write
+    quiet_library_bars()
     return protect([*env_secrets(), *secrets])
+
+
+def quiet_library_bars() -> None:
+    """Without bars (not a terminal: a Ray worker, `ray job logs`), Hugging Face's own bars
+    (loading weights, mapping datasets) would write \r-joined lines into the log: off."""
+    from common.progress import mode
+
+    if mode() == "bars":
+        return
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers and the hub read it
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    for module, off in (("datasets", "disable_progress_bars"), ("transformers.utils.logging", "disable_progress_bar"),
+                        ("huggingface_hub.utils", "disable_progress_bars")):
+        if module in sys.modules:  # imported before this setup: its switch, not the variable, decides
+            getattr(sys.modules[module], off)()
 
 
 def setup_worker() -> None:

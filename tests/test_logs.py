@@ -106,3 +106,17 @@ def test_progress_is_log_lines_without_a_terminal_and_bars_when_asked(caplog, mo
     monkeypatch.setenv(progress.ENV_MODE, "loud")
     with pytest.raises(ValueError, match="RATCHET_PROGRESS='loud' is not one of"):
         progress.progress(total=1)
+
+
+def test_without_a_terminal_library_bars_are_off_and_warnings_are_log_lines(capsys):
+    """Hugging Face's own bars would write \\r-joined lines into `ray job logs`."""
+    import warnings
+
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    logging.captureWarnings(False)  # pytest restores warnings.showwarning after each test; start afresh
+    logs.setup_logging()  # pytest's stderr is no terminal
+    assert not hf_logging.is_progress_bar_enabled() and not datasets.is_progress_bar_enabled()
+    warnings.warn("a library's deprecation", FutureWarning, stacklevel=1)
+    assert re.search(r"^\d\d:\d\d:\d\d WARNING py\.warnings: .*a library's deprecation", capsys.readouterr().err, re.M)
