@@ -97,10 +97,12 @@ class Tracker:
 
     def close(self) -> None:
         for name, backend in self.backends.items():
-            if name == "mlflow":
+            if name == "tensorboard":
+                backend.close()
+            elif name == "mlflow":
                 backend.end_run()
             else:
-                backend.close() if name == "tensorboard" else backend.finish()
+                backend.finish()
         self.backends = {}
 
     def __enter__(self) -> Tracker:
