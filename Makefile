@@ -23,7 +23,7 @@ setup: $(STAMP) system-packages
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[dev]' --config-settings editable_mode=compat
+	$(PIP) install -q -e '.[dev,tracking]' --config-settings editable_mode=compat
 	touch $@
 
 # GPU machines: `.[gpu]` with constraints/gpu.txt, the set vLLM accepts (it pins older torch,

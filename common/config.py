@@ -353,13 +353,18 @@ def secret_values(data: Any) -> set[str]:
 class RedactingFilter(logging.Filter):
     """Replaces known secret values and URL passwords in every log record it sees.
 
-    Installed on the root logger's handlers by the job runner, so a library that logs a URL
-    or an engine's kwargs never writes the secret into a job's log.
+    Installed on every root handler of every process by common.logs, so a library that logs
+    a URL or an engine's kwargs never writes the secret into a job's log.
     """
 
     def __init__(self, secrets: Iterable[str] = ()):
         super().__init__()
-        self.secrets = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
+        self.secrets: list[str] = []
+        self.add(secrets)
+
+    def add(self, secrets: Iterable[str]) -> None:
+        """Blank these too (longest first, so a secret containing another is blanked whole)."""
+        self.secrets = sorted({*self.secrets, *(s for s in secrets if len(s) >= 4)}, key=len, reverse=True)
 
     def redact(self, text: str) -> str:
         for s in self.secrets:

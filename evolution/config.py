@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common.tracking import TrackingConfig
 from evolution.driver import SearchConfig
 from evolution.filters import FilterConfig
 from evolution.hindsight import HindsightConfig
@@ -98,6 +99,7 @@ class SoarConfig:
     # programs tried per task at which the solved-vs-programs curve is read
     curve_budgets: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6000])
     render_tasks: int = 6  # PNG renderings of this many tasks with their attempts
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)  # SFT's report_to; search figures go there too
 
     def __post_init__(self):
         if self.iterations < 1:

@@ -12,11 +12,10 @@ registry, so a restarted job reuses what it finished.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-from tqdm import tqdm
 
 from evolution.baselines import RANDOM_PRIOR, random_prior_sampler
 from evolution.config import SoarConfig
@@ -29,6 +28,7 @@ from verifiers.arc.grids import ArcTask
 from verifiers.arc.results import Verifier
 
 SEED_ONLY_NOTE = "seed-only control"
+log = logging.getLogger(__name__)
 
 
 async def measure_sampler(cfg: SoarConfig, store: Store, tasks: Mapping[str, ArcTask],
@@ -37,7 +37,7 @@ async def measure_sampler(cfg: SoarConfig, store: Store, tasks: Mapping[str, Arc
                           reuse: Mapping[int, Mapping[str, TaskOutcome]] | None = None) -> dict[str, Any]:
     """One sampler on every seed of controls.seeds, on the demo and the held-out tasks."""
     def on_search(split: str, seed: int, solved: float, hit: float) -> None:
-        tqdm.write(f"  {label}: {split} tasks, seed {seed}: solved {solved:g}, hit rate {hit:.4f}")
+        log.info("%s: %s tasks, seed %d: solved %g, hit rate %.4f", label, split, seed, solved, hit)
 
     m = await measure(cfg.search, sampler=sampler, verifier=verifier,
                       archive_for=lambda split_seed: store.archive(f"{namespace}.{split_seed}"),

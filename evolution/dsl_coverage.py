@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
+import logging
 
-from tqdm import tqdm
-
+from common.logs import setup_logging
+from common.progress import progress
 from evolution.programs import Step, colours, render, run, steps_for
 from evolution.tasks import load_split, select
 from verifiers.arc.grids import ArcTask
+
+log = logging.getLogger(__name__)
 
 
 def solutions(task: ArcTask, max_steps: int = 2) -> list[tuple[Step, ...]]:
@@ -43,14 +45,17 @@ def main() -> None:
     parser.add_argument("--max-grid", type=int, default=10)
     parser.add_argument("--max-steps", type=int, default=2)
     args = parser.parse_args()
+    setup_logging()
     tasks = select(load_split(args.split), max_grid=args.max_grid)
     out = {}
-    for tid, task in tqdm(tasks.items(), file=sys.stderr, desc="tasks"):
-        sols = solutions(task, args.max_steps)
-        if sols:
-            out[tid] = {"steps": len(sols[0]), "programs": len(sols), "example": render(sols[0])}
-    print(json.dumps(out, indent=1))
-    print(f"{len(out)} of {len(tasks)} tasks solvable in <= {args.max_steps} steps", file=sys.stderr)
+    with progress(total=len(tasks), desc="tasks", unit="task") as bar:
+        for tid, task in tasks.items():
+            sols = solutions(task, args.max_steps)
+            if sols:
+                out[tid] = {"steps": len(sols[0]), "programs": len(sols), "example": render(sols[0])}
+            bar.update(1)
+    print(json.dumps(out, indent=1))  # the product, on stdout
+    log.info("%d of %d tasks solvable in <= %d steps", len(out), len(tasks), args.max_steps)
 
 
 if __name__ == "__main__":

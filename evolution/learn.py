@@ -74,10 +74,11 @@ def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], ite
 
 async def train_and_publish(learn: LearnConfig, store: Store, *, registry: str, rows: list[dict[str, str]],
                             start: ModelVersion, storage: Path, data_name: str, name: str, steps: int,
-                            seed: int, note: str, parent: str | None, metrics: dict[str, Any]) -> Trained:
+                            seed: int, note: str, parent: str | None, metrics: dict[str, Any],
+                            train_args: dict[str, Any] | None = None) -> Trained:
     """rows -> `storage/data/<data_name>` -> SFT from `start` for `steps` ->
     `storage/checkpoints/<name>` -> published in `registry` with `note` (how a restarted job
-    finds it again)."""
+    finds it again). `train_args`: more SFTJobConfig fields (report_to: common.tracking)."""
     started = time.time()
     final = storage / "checkpoints" / name
     discard_unpublished(final, store.models(registry).list())  # a killed run's, never a published one
@@ -87,7 +88,9 @@ async def train_and_publish(learn: LearnConfig, store: Store, *, registry: str, 
     sft = SFTJobConfig(
         model_path=start.checkpoint, output_dir=str(final.resolve()), max_steps=steps,
         learning_rate=learn.learning_rate, per_device_train_batch_size=learn.batch_size,
-        max_length=learn.max_length, lora=learn.lora, disable_tqdm=True, quiet=True, seed=seed,
+        max_length=learn.max_length, lora=learn.lora, seed=seed,
+        # a Ray task's stderr is no terminal: the trainer's numbers come as log lines, not a bar
+        disable_tqdm=True, logging_steps=max(1, steps // 5), **(train_args or {}),
     )
     log.info("%s: SFT from %s, %d steps on %d rows", note, start.version, steps, len(rows))
     started = time.time()

@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
+from common.progress import progress
+from common.tracking import Tracker, training_args
 from evolution import metrics
 from evolution.config import SoarConfig, TaskSetConfig
 from evolution.controls import (
@@ -93,9 +93,10 @@ def base_model(cfg: SoarConfig, store: Store, task_ids: list[str]) -> ModelVersi
 
 class SoarLoop:
     def __init__(self, cfg: SoarConfig, *, store: Store, tasks: dict[str, ArcTask], heldout: dict[str, ArcTask],
-                 base: ModelVersion, sampler: Any, verifier: Verifier, run_dir: Path):
+                 base: ModelVersion, sampler: Any, verifier: Verifier, run_dir: Path, tracker: Tracker | None = None):
         self.cfg, self.store, self.tasks, self.heldout, self.base = cfg, store, tasks, heldout, base
         self.sampler, self.verifier, self.run_dir = sampler, verifier, run_dir
+        self.tracker = tracker or Tracker({})  # each iteration's search (and measure) figures
         # checkpoints and datasets of this experiment only: a storage_path shared by experiments
         # never lets one's checkpoints/itN meet another's (run_dir already ends in the name)
         self.storage = Path(cfg.storage_path) / cfg.experiment if cfg.storage_path else run_dir
@@ -124,6 +125,7 @@ class SoarLoop:
                 result.entry |= await self.measure(version, result.outcomes)
                 timing["measure_s"] = round(time.time() - started, 2)
             result.entry["timing"] = timing
+            self.tracker.log(result.entry, step=it, prefix="search")
             self.results.append(result)
             self.report()  # after every search: a later crash loses nothing measured
         await self.controls()
@@ -133,7 +135,7 @@ class SoarLoop:
         """One search over all tasks with `version`, archived under the experiment."""
         cfg = self.cfg
         budget = len(self.tasks) * (cfg.search.samples_per_task + cfg.search.refinements_per_task)
-        bar = tqdm(total=budget, desc=f"iteration {iteration} programs", unit="prog", dynamic_ncols=True)
+        bar = progress(total=budget, desc=f"iteration {iteration} programs", unit="prog")
         search = SoarSearch(cfg.search, sampler=self.sampler.submit, verifier=self.verifier,
                             archive=self.store.archive(cfg.experiment), model_version=version.version,
                             iteration=iteration, filters=cfg.filters, vote_cfg=cfg.vote, examples=self.examples(),
@@ -195,7 +197,8 @@ class SoarLoop:
                                           storage=self.storage, data_name=f"it{iteration - 1}",
                                           name=f"it{iteration}", steps=cfg.learn.max_steps,
                                           seed=iteration - 1, note=note, parent=current.version,
-                                          metrics=counts | {"rows": hindsight})
+                                          metrics=counts | {"rows": hindsight},
+                                          train_args=training_args(cfg.tracking, self.run_dir, f"it{iteration}"))
         self.store.events(cfg.experiment).emit("published", version=trained.version.version, iteration=iteration)
         return trained.version, counts | {"rows": hindsight, "dataset_s": round(prep_s + trained.dataset_s, 2),
                                           "train_s": trained.train_s}

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from common.progress import progress
 from evolution import metrics
 from evolution.driver import Sampler, SearchConfig, SoarSearch, TaskOutcome
 from evolution.filters import FilterConfig
@@ -61,10 +62,12 @@ async def measure(cfg: SearchConfig, *, sampler: Sampler, verifier: Verifier,
             elif split == "demo" and seed in reuse:
                 outcomes = reuse[seed]
             else:
-                search = SoarSearch(replace(cfg, seed=seed), sampler=sampler, verifier=verifier,
-                                    archive=archive_for(f"{split}.s{seed}"), model_version=model_version,
-                                    filters=filters, vote_cfg=vote_cfg)
-                outcomes = await search.run(dict(split_tasks))
+                budget = len(split_tasks) * (cfg.samples_per_task + cfg.refinements_per_task)
+                with progress(total=budget, desc=f"measure {model_version} {split} seed {seed}", unit="prog") as bar:
+                    search = SoarSearch(replace(cfg, seed=seed), sampler=sampler, verifier=verifier,
+                                        archive=archive_for(f"{split}.s{seed}"), model_version=model_version,
+                                        filters=filters, vote_cfg=vote_cfg, on_progress=lambda _, n: bar.update(n))
+                    outcomes = await search.run(dict(split_tasks))
             n_solved = solved(split_tasks, outcomes, filters, vote_cfg)
             hit = metrics.hit_rate(dict(outcomes))
             results[split][0].append(n_solved)

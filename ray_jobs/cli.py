@@ -4,6 +4,8 @@
     ratchet serve experiment=demo version=v2 api_key_env=RATCHET_API_KEY
     ratchet soar --config configs/soar-demo.yaml   # SOAR search on ARC
     ratchet tpo --config configs/tpo-demo.yaml     # thought preference optimization
+    ratchet runs                                   # experiments in the store: status, headline
+    ratchet runs compare tpo-a tpo-b               # two runs' numbers side by side
     ratchet <command> --help                       # every config field, its default and comment
     ratchet <command> --config FILE --dry-run      # check a config; starts nothing
     # every command takes --config FILE and field=value overrides; on a cluster:
@@ -23,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "scaling": "ray_jobs.scaling",
     "tpo": "ray_jobs.tpo",
     "sft-demo": "ray_jobs.sft_demo",
+    "runs": "ray_jobs.runs",
 }
 
 

@@ -14,8 +14,11 @@ resolved config refuses unless `--allow-config-change`, which is recorded), writ
 `runs/<experiment>/config.yaml` and the experiment record (secrets redacted), starts (or
 joins) Ray, and sets the status to running, then done, failed (with the error) or killed
 (SIGTERM, Ctrl-C), whatever way the run ends. A thread renews the lease as the run's
-heartbeat: after a SIGKILL it expires and the status reads "killed". Log records pass a
-filter that blanks the config's secrets; the job itself gets the real values.
+heartbeat: after a SIGKILL it expires and the status reads "killed". Logging is
+common.logs' (one format, driver and Ray workers alike; actor logs reach the driver and
+`ray job logs`); every record passes a filter that blanks the config's secrets, while the
+job itself gets the real values. The summary's headline goes into the experiment record
+(`ratchet runs` lists it).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import inspect
+import json
 import logging
 import os
 import signal
@@ -49,13 +53,13 @@ from common.config import (
     to_dict,
 )
 from common.fieldhelp import describe_fields
+from common.logs import protect, ray_runtime_env, setup_logging
 from ray_jobs.cluster import check_cluster
 from store import Lease, Store
 
 log = logging.getLogger(__name__)
 
 C = TypeVar("C")
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 @dataclass
@@ -96,9 +100,13 @@ def preflight(spec: JobSpec[C], cfg: C, start_ray: bool = True) -> None:
 
 
 def init_ray() -> None:
-    """Join the cluster named by RAY_ADDRESS (as `ray job submit` sets it), or start a local one."""
+    """Join the cluster named by RAY_ADDRESS (as `ray job submit` sets it), or start a local one.
+
+    Workers run common.logs' setup hook (format, redaction); their output is forwarded to
+    this driver, whose output is the job's `ray job logs`."""
     if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False)
+        ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=True,
+                 runtime_env=ray_runtime_env())
 
 
 class Heartbeat:
@@ -138,12 +146,7 @@ def _still_ours(store: Store, lease: Lease) -> bool:
 
 def redact_logs(cfg: Any) -> RedactingFilter:
     """Blank the config's secrets (and any URL password) in every record the root handlers write."""
-    filt = RedactingFilter(secret_values(cfg))
-    for handler in logging.getLogger().handlers:
-        for old in [f for f in handler.filters if isinstance(f, RedactingFilter)]:
-            handler.removeFilter(old)
-        handler.addFilter(filt)
-    return filt
+    return protect(secret_values(cfg))
 
 
 def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_change: bool = False,
@@ -178,11 +181,28 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
             if _still_ours(store, lease):  # else the record is the new driver's to write
                 store.experiments.set_status(cfg.experiment, status, error=filt.redact(f"{type(e).__name__}: {e}"))
             raise
+        line = _headline(spec, summary)
         if _still_ours(store, lease):  # a driver that lost its lease leaves the record to the new one
+            store.experiments.set_result(cfg.experiment, _plain(summary, filt), headline=filt.redact(line))
             store.experiments.set_status(cfg.experiment, "done")
-    if spec.headline is not None:
-        print(f"{spec.headline(summary)} -> {run_dir}/report.md", flush=True)
+    if line:
+        log.info("%s -> %s/report.md", line, run_dir)
     return summary
+
+
+def _headline(spec: JobSpec[C], summary: dict[str, Any]) -> str:
+    if spec.headline is None:
+        return ""
+    try:
+        return spec.headline(summary)
+    except Exception as e:  # a summary without the usual numbers (e.g. zero iterations): still done
+        log.warning("no headline for this summary (%s: %s)", type(e).__name__, e)
+        return ""
+
+
+def _plain(summary: dict[str, Any], filt: RedactingFilter) -> dict[str, Any]:
+    """The summary as JSON data for the record, with every secret the log filter knows blanked."""
+    return json.loads(filt.redact(json.dumps(redact_secrets(summary), default=str)))
 
 
 def config_parser(prog: str, doc: str, config_cls: type, iterations_flag: bool = False) -> argparse.ArgumentParser:
@@ -239,7 +259,7 @@ def _sigterm(signum: int, frame: Any) -> None:
 
 
 def main(spec: JobSpec[C], argv: list[str] | None = None) -> dict[str, Any]:
-    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, datefmt="%H:%M:%S")
+    setup_logging()
     parser = _parser(spec)
     args = parser.parse_args(argv)
     try:

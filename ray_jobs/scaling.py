@@ -14,21 +14,25 @@ benchmark). The steps live in search.scaling.experiment; this file only wires th
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from common.tracking import Tracker
 from ray_jobs import checks, runner
 from search.scaling.config import ScalingConfig
 from search.scaling.experiment import ScalingExperiment, make_generate
 from training.seed import build_seed_model
+
+log = logging.getLogger(__name__)
 
 
 def resolve_model(cfg: ScalingConfig) -> str:
     """The checkpoint to sample from: `seed` builds (or reuses) the offline seed model."""
     if cfg.model != "seed":
         return cfg.model
-    seed = build_seed_model(cfg.seed_model, progress=False)
-    print(f"[model] seed model {'reused' if seed.cached else 'built'}: {seed.path} "
-          f"({seed.info['parameters']:,} parameters, built in {seed.info['build_s']}s)", flush=True)
+    seed = build_seed_model(cfg.seed_model)  # a bar on a terminal, else a log line per tenth of the steps
+    log.info("seed model %s: %s (%s parameters, built in %ss)", "reused" if seed.cached else "built", seed.path,
+             f"{seed.info['parameters']:,}", seed.info["build_s"])
     return seed.path
 
 
@@ -36,7 +40,8 @@ def run_job(cfg: ScalingConfig, ctx: runner.JobContext) -> dict[str, Any]:
     checkpoint = resolve_model(cfg)
     generate, shutdown = make_generate(cfg, checkpoint)
     try:
-        return ScalingExperiment(cfg, ctx.store, ctx.run_dir, generate, model=checkpoint).run()
+        with Tracker.start(cfg.tracking, run_dir=ctx.run_dir, experiment=cfg.experiment, config=cfg) as tracker:
+            return ScalingExperiment(cfg, ctx.store, ctx.run_dir, generate, model=checkpoint, tracker=tracker).run()
     finally:
         shutdown()
 

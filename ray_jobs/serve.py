@@ -31,12 +31,18 @@ from typing import Any, ClassVar
 import ray
 from ray import serve
 
-from common.config import ConfigError, load_config
+from common.config import ConfigError, load_config, secret_values
+from common.logs import ray_runtime_env, setup_logging
 from ray_jobs.checks import need_path
 from ray_jobs.runner import config_error, config_parser, print_config
 from search.pool import PoolConfig
 from search.serve import ServeSettings, build_serve_app
-from search.serve.guard import API_KEY_ENV, API_KEY_FILE_ENV, api_key_from_environment, read_api_key_file
+from search.serve.guard import (
+    API_KEY_ENV,
+    API_KEY_FILE_ENV,
+    api_key_from_environment,
+    read_api_key_file,
+)
 from search.serve.limits import ServeLimits
 from search.serve.protocol import ReasoningSplit
 
@@ -134,10 +140,11 @@ def _loopback(host: str) -> bool:
 def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, blocking: bool = True) -> str:
     """Start Serve on the current Ray cluster (ray.init if needed); returns the base URL."""
 
-    if not ray.is_initialized():
-        ray.init(address=os.environ.get("RAY_ADDRESS"))
+    if not ray.is_initialized():  # workers log like the jobs' (common.logs)
+        ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env=ray_runtime_env())
     serve.start(http_options={"host": host, "port": port})
     url = f"http://{host}:{port}/v1"
+    # the URL is what the user needs from this command: stdout, not a log line
     print(f"starting {settings.served_name} at {url}" + (" (Ctrl-C stops)" if blocking else ""), flush=True)
     # blocking=True: Serve's own wait loop, which shuts the app down on Ctrl-C.
     serve.run(build_serve_app(settings), name=APP_NAME, route_prefix="/", blocking=blocking)
@@ -179,6 +186,7 @@ def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
 
 def main(argv: list[str] | None = None) -> None:
     settings, host, port = parse(argv)
+    setup_logging(secrets=secret_values(settings))  # the bearer token and engine keys never logged
     run(settings, host=host, port=port)
 
 

@@ -13,10 +13,12 @@ job replaces this as `make demo` once it exists.
 from __future__ import annotations
 
 import json
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.tracking import TrackingConfig, training_args
 from ray_jobs import runner
 from training.checkpoints import publish
 from training.corpora import digit_map
@@ -25,6 +27,7 @@ from training.seed import SeedConfig, build_seed_model
 from training.sft import SFTJobConfig, train_sft_remote
 
 IDENTITY = "0123456789"
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,6 +41,7 @@ class SftDemoConfig:
     sft_steps: int = 100
     learning_rate: float = 3e-3
     heldout_rows: int = 200  # evaluation rows never trained on
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)  # TRL's report_to (e.g. [tensorboard])
 
     def __post_init__(self):
         for name in ("seed_steps", "sft_rows", "sft_steps", "heldout_rows"):
@@ -54,29 +58,33 @@ async def run(cfg: SftDemoConfig, ctx: runner.JobContext) -> dict:
 
     seed = build_seed_model(SeedConfig(preset=cfg.seed_preset, max_steps=cfg.seed_steps,
                                        corpus_kwargs={"permutation": IDENTITY}))
-    print(f"[1/4] seed model {'reused from cache' if seed.cached else 'built'}: {seed.path} "
-          f"({seed.info['parameters']:,} parameters, built in {seed.info['build_s']}s)")
+    log.info("[1/4] seed model %s: %s (%s parameters, built in %ss)", "reused from cache" if seed.cached else "built",
+             seed.path, f"{seed.info['parameters']:,}", seed.info["build_s"])
     seed_path = str(Path(seed.path).resolve())
     base = next((m for m in store.models(cfg.experiment).list() if m.checkpoint == seed_path), None)
     if base is None:  # first run: the seed becomes a version; later runs start from it again
         base = publish(store, cfg.experiment, seed_path, parent=None, metrics=seed.info["train"], note="seed")
-    print(f"[2/4] registry: {cfg.experiment} starts from {base.version} -> {base.checkpoint}")
+    log.info("[2/4] registry: %s starts from %s -> %s", cfg.experiment, base.version, base.checkpoint)
 
     rows = digit_map(n=cfg.sft_rows, seed=1, permutation=cfg.target_mapping)
-    out_dir = run_dir / "checkpoints" / f"sft-{time.strftime('%Y%m%d-%H%M%S')}"  # never reuse a published dir
+    name = f"sft-{time.strftime('%Y%m%d-%H%M%S')}"
+    out_dir = run_dir / "checkpoints" / name  # never reuse a published dir
+    # in a Ray task stderr is no terminal: the trainer's numbers come as log lines, not a bar
     sft = SFTJobConfig(model_path=base.checkpoint, output_dir=str(out_dir.resolve()), max_steps=cfg.sft_steps,
-                       learning_rate=cfg.learning_rate, per_device_train_batch_size=32, disable_tqdm=True, quiet=True)
-    print(f"[3/4] TRL SFT as a Ray task: {cfg.sft_steps} steps on {len(rows)} rows ...", flush=True)
+                       learning_rate=cfg.learning_rate, per_device_train_batch_size=32, disable_tqdm=True,
+                       logging_steps=max(1, cfg.sft_steps // 5), **training_args(cfg.tracking, run_dir, name))
+    log.info("[3/4] TRL SFT as a Ray task: %d steps on %d rows", cfg.sft_steps, len(rows))
     result = await train_sft_remote(sft, rows)
     new = publish(store, cfg.experiment, result.checkpoint, parent=base.version, metrics=result.metrics, note="sft-demo")
     events.emit("published", version=new.version, parent=base.version)
-    print(f"      loss {result.metrics['first_loss']:.3f} -> {result.metrics['last_loss']:.3f} "
-          f"in {result.metrics['wall_s']}s; published {new.version} (parent {base.version})")
+    log.info("[3/4] loss %.3f -> %.3f in %ss; published %s (parent %s)", result.metrics["first_loss"],
+             result.metrics["last_loss"], result.metrics["wall_s"], new.version, base.version)
 
     heldout = digit_map(n=cfg.heldout_rows, seed=4242, permutation=cfg.target_mapping)
-    before, after = greedy_accuracy(base.checkpoint, heldout), greedy_accuracy(new.checkpoint, heldout)
-    print(f"[4/4] held-out greedy accuracy on the new mapping ({len(heldout)} rows):")
-    print(f"      {'version':8s} {'accuracy':>8s}\n      {base.version:8s} {before:8.2f}\n      {new.version:8s} {after:8.2f}")
+    before = greedy_accuracy(base.checkpoint, heldout, desc=f"[4/4] measure {base.version}")
+    after = greedy_accuracy(new.checkpoint, heldout, desc=f"[4/4] measure {new.version}")
+    log.info("[4/4] held-out greedy accuracy on the new mapping (%d rows): %s %.2f, %s %.2f", len(heldout),
+             base.version, before, new.version, after)
 
     summary = {"experiment": cfg.experiment, "base_version": base.version, "new_version": new.version,
                "checkpoint": new.checkpoint, "heldout_accuracy_before": before, "heldout_accuracy_after": after,

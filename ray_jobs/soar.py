@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from common.tracking import Tracker
 from evolution.backends import pool_verifier
 from evolution.config import ARC_DSL, SoarConfig
 from evolution.loop import SoarLoop, base_model, load_tasks
@@ -35,12 +36,14 @@ async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
     verifier_pool = ArcVerifierPool(actors=cfg.verifier.actors, workers_per_actor=cfg.verifier.workers_per_actor,
                                     allowed_modules=(ARC_DSL,), use_cache=cfg.verifier.use_cache,
                                     request_timeout_s=cfg.verifier.request_timeout_s)
+    tracker = Tracker.start(cfg.tracking, run_dir=ctx.run_dir, experiment=cfg.experiment, config=cfg)
     try:
         await sampler_pool.ready()
         loop = SoarLoop(cfg, store=ctx.store, tasks=tasks, heldout=heldout, base=base, sampler=sampler_pool,
-                        verifier=pool_verifier(verifier_pool), run_dir=ctx.run_dir)
+                        verifier=pool_verifier(verifier_pool), run_dir=ctx.run_dir, tracker=tracker)
         return await loop.fit()
     finally:
+        tracker.close()
         sampler_pool.shutdown()
         verifier_pool.close()
 

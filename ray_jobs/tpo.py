@@ -20,6 +20,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from common.tracking import Tracker, training_args
 from ray_jobs import checks, runner
 from search.pool import SamplerPool
 from thinking import report
@@ -53,15 +54,17 @@ def make_judge(cfg: TpoConfig):
     return build("programmatic", **j.kwargs), None
 
 
-def dpo_trainer(cfg: TpoConfig, storage: Path, models):
+def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path):
     async def train(rows: list[dict[str, Any]], start, arm: str, iteration: int) -> tuple[str, dict[str, Any]]:
         t = cfg.train
         out = storage / "checkpoints" / f"{arm}-it{iteration + 1}"
         discard_unpublished(out, models.list())  # a run killed before publishing it; never a published one
+        # a Ray task's stderr is no terminal: the trainer's numbers come as log lines, not a bar
         job = DPOJobConfig(model_path=start.checkpoint, output_dir=str(out.resolve()),
                            max_steps=t.max_steps, learning_rate=t.learning_rate, beta=t.beta, lora=t.lora,
                            per_device_train_batch_size=t.batch_size, max_length=t.max_length,
-                           disable_tqdm=True, quiet=True, seed=iteration)
+                           disable_tqdm=True, logging_steps=max(1, t.max_steps // 5), seed=iteration,
+                           **training_args(cfg.tracking, run_dir, out.name))
         result = await train_dpo_remote(job, rows)
         return result.checkpoint, result.metrics | {"rows": len(rows)}
     return train
@@ -75,13 +78,15 @@ async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
     # under the experiment's name, so experiments sharing a storage path never collide
     storage = Path(cfg.storage) / cfg.experiment if cfg.storage else ctx.run_dir
     clean_scratch(storage / "checkpoints")  # a killed training's; the runner's lease makes them ours
+    tracker = Tracker.start(cfg.tracking, run_dir=ctx.run_dir, experiment=cfg.experiment, config=cfg)
     try:
         await pool.ready()
         state = TpoState(ctx.store.client, cfg.experiment, ctx.store.fence_for(cfg.experiment))  # fenced writes
         loop = TpoLoop(cfg, state=state, models=models, sampler=pool, judge=judge,
-                       train=dpo_trainer(cfg, storage, models), seed_checkpoint=seed)
+                       train=dpo_trainer(cfg, storage, models, ctx.run_dir), seed_checkpoint=seed, tracker=tracker)
         summary = await loop.run()
     finally:
+        tracker.close()
         pool.shutdown()
         if judge_pool is not None:
             judge_pool.shutdown()

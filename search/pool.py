@@ -28,6 +28,7 @@ from typing import Any
 import ray
 from ray.exceptions import TaskCancelledError
 
+from common.config import secret_values
 from common.faults import (
     DeadlineExceeded,
     EngineFailed,
@@ -35,6 +36,7 @@ from common.faults import (
     is_infrastructure,
     unwrap,
 )
+from common.logs import protect
 from common.sampling import Completion, Prompt, SamplingParams, check_counts
 from search.engines import engine_class, make_engine
 from store import Store
@@ -89,6 +91,7 @@ class SamplerWorker:
 
     def __init__(self, engine: str, engine_kwargs: dict[str, Any], checkpoint: str | None, version: str | None,
                  files: dict[str, str] | None = None):
+        protect(secret_values(engine_kwargs))  # an endpoint's api_key: never in this actor's log lines
         self.engine = make_engine(engine, **engine_kwargs)
         self._generate_lock = threading.Lock()  # one generation at a time: it uses every core/the GPU
         self._stats_lock = threading.Lock()

@@ -41,6 +41,9 @@ class Experiment:
     pid: int = 0
     started: float = 0.0  # when the last driver started
     config_changes: list[dict[str, Any]] = field(default_factory=list)  # reruns allowed to change the config
+    headline: str = ""  # the last finished run's one-line result (the job's headline)
+    summary: dict[str, Any] = field(default_factory=dict)  # the last finished run's summary, secrets redacted
+    finished: float = 0.0  # when the last run finished (0: never)
 
 
 def changed_fields(old: Any, new: Any, path: str = "") -> list[str]:
@@ -118,6 +121,17 @@ class ExperimentRegistry:
             (self._live(Experiment(**loads(v))) for v in self.client.hvals(keys.experiments())),
             key=lambda e: e.created,
         )
+
+    def set_result(self, name: str, summary: dict[str, Any], headline: str = "") -> Experiment:
+        """Keep a finished run's summary and headline in the record (`ratchet runs` shows them)."""
+        raw = self.client.hget(keys.experiments(), keys.check_name(name))
+        if raw is None:
+            raise KeyError(f"no experiment named {name!r}; known: {sorted(self.names())}")
+        exp = Experiment(**loads(raw))
+        exp.summary, exp.headline = redact_secrets(summary), redact_secrets(headline)
+        exp.finished = exp.updated = time.time()
+        self.client.hset(keys.experiments(), name, dumps(asdict(exp)))
+        return exp
 
     def set_status(self, name: str, status: Status, error: str = "", **driver: Any) -> Experiment:
         """Set the status (and, for a new run, its driver: host, pid, started)."""

@@ -47,11 +47,14 @@ def experiment_name() -> str:
 
 @pytest.fixture(scope="session")
 def ray_local(redis_server: LocalServer) -> Iterator[None]:
-    """A real local Ray (2 CPUs, no dashboard), shared by the session's Ray tests."""
+    """A real local Ray (2 CPUs, no dashboard), shared by the session's Ray tests; workers set
+    up their logging as a job's do (common.logs), and their output reaches this driver."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {ENV_URL: redis_server.url}})
+    from common.logs import ray_runtime_env
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True,
+             runtime_env=ray_runtime_env({ENV_URL: redis_server.url}))
     yield
     ray.shutdown()
 

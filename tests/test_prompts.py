@@ -132,7 +132,7 @@ def test_a_tasks_prompts_start_with_the_task_so_the_prefix_cache_shares_it(task,
     prompts = [refinement_prompt(visible, p, style, 1900) for p in parents]
     common = prompts[0]
     for p in prompts[1:]:
-        common = common[: next((i for i, (a, b) in enumerate(zip(common, p)) if a != b), min(len(common), len(p)))]
+        common = common[: next((i for i, (a, b) in enumerate(zip(common, p, strict=False)) if a != b), min(len(common), len(p)))]
     grids = render_task(visible, style)
     assert grids in common and not any(p.code.strip() in common for p in parents)
     if style == "compact":

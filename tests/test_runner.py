@@ -49,14 +49,17 @@ TOY = runner.JobSpec(workload="toy", config_cls=ToyConfig, run=toy_run, doc="A t
                      headline=lambda s: f"{s['iterations']} iterations", iterations_flag=True)
 
 
-def test_a_job_that_finishes_is_done_with_its_config_on_disk(ray_local, store, tmp_path, experiment_name, capsys):
+def test_a_job_that_finishes_is_done_with_its_config_on_disk(ray_local, store, tmp_path, experiment_name, caplog):
     cfg = runner.parse(TOY, [f"experiment={experiment_name}", f"runs_dir={tmp_path}", "--iterations", "3"])
-    summary = runner.execute(TOY, cfg, store)
+    with caplog.at_level(logging.INFO, logger="ray_jobs.runner"):
+        summary = runner.execute(TOY, cfg, store)
     assert (summary["iterations"], summary["run_dir"]) == (3, str(tmp_path / experiment_name))
     assert yaml.safe_load((tmp_path / experiment_name / "config.yaml").read_text())["iterations"] == 3
     record = store.experiments.get(experiment_name)
     assert (record.workload, record.status, record.error) == ("toy", "done", "")
-    assert "3 iterations" in capsys.readouterr().out
+    # the headline is a log line and, with the summary, part of the record (`ratchet runs`)
+    assert any(r.getMessage().startswith("3 iterations -> ") for r in caplog.records)
+    assert (record.headline, record.summary["iterations"]) == ("3 iterations", 3) and record.finished > 0
 
 
 def test_a_job_that_raises_is_failed_with_the_error(ray_local, store, tmp_path, experiment_name):
@@ -107,6 +110,7 @@ def test_secrets_never_reach_config_yaml_the_record_or_logs_but_the_job_has_them
     failed = store.experiments.get(f"{experiment_name}-f")
     for text in (written, repr(record), repr(failed), stream.getvalue()):
         assert SECRET not in text and REDIS_PASSWORD not in text
+    assert record.summary["api_key"] == "***"  # the summary the record keeps, too
     assert yaml.safe_load(written)["engine_kwargs"] == {"api_key": "***", "max_tokens": 64}
     assert record.config["queue_url"] == "redis://:***@queue.internal:6380/0"
     assert "engine kwargs" in stream.getvalue() and "***" in stream.getvalue()

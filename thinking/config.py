@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from common.tracking import TrackingConfig
 from search.pool import PoolConfig
 from thinking.pairs import PairsConfig
 from thinking.prompts import DirectPromptConfig, ThoughtPromptConfig
@@ -96,6 +97,7 @@ class TpoConfig:
     pairs: PairsConfig = field(default_factory=PairsConfig)  # length control and unparsable cap
     train: TrainConfig = field(default_factory=TrainConfig)  # DPO per iteration
     measure: MeasureConfig = field(default_factory=MeasureConfig)  # held-out measurement
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)  # DPO's report_to; judge figures go there too
 
     # old spellings: an error names the new one (one name per setting across every job)
     renamed_fields: ClassVar[dict[str, str]] = {

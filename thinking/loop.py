@@ -8,19 +8,21 @@ parsed response) and "direct" (the baseline: the whole completion is the respons
 sampler is anything with `generate(prompts, params)` and `async load(version)` (the
 SamplerPool, or a stub in tests); `train(rows, start, arm, iteration)` returns a finished
 checkpoint dir and metrics (the job runs TRL's DPO as a Ray task). Every phase is kept in
-Redis (thinking.state), so a restarted run draws only what is missing.
+Redis (thinking.state), so a restarted run draws only what is missing. Sampling, judging
+and measuring show progress (common.progress); each iteration's figures go to the tracker.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from tqdm import tqdm
-
+from common.progress import progress
 from common.sampling import Completion, Prompt, SamplingParams
+from common.tracking import Tracker
 from thinking.config import TpoConfig
 from thinking.pairs import Group, Sample, build_pairs, choose_rho, trl_rows
 from thinking.prompts import DirectPrompt, ThoughtPrompt
@@ -28,6 +30,7 @@ from thinking.state import TpoState
 from verifiers.judges import Judge, JudgeItem
 
 ARMS = ("thought", "direct")
+log = logging.getLogger(__name__)
 
 
 class Sampler(Protocol):
@@ -58,18 +61,19 @@ def judge_items(instructions: list[dict[str, str]], groups: list[list[Sample]]) 
 
 class TpoLoop:
     def __init__(self, cfg: TpoConfig, *, state: TpoState, models: Any, sampler: Sampler, judge: Judge,
-                 train: Train, seed_checkpoint: str | None = None, progress: bool = True):
+                 train: Train, seed_checkpoint: str | None = None, progress: bool = True,
+                 tracker: Tracker | None = None):
         self.cfg, self.state, self.models, self.sampler, self.scorer, self.train_fn = (
             cfg, state, models, sampler, judge, train)
+        self.tracker = tracker or Tracker({})
         self.prompts = {"thought": ThoughtPrompt(cfg.prompt), "direct": DirectPrompt(cfg.direct_prompt)}
         self.arms = ARMS if cfg.baseline else ("thought",)
         self.progress = progress
         self.loaded: str | None = None
         self.seed_checkpoint = seed_checkpoint or cfg.model.checkpoint
 
-    def log(self, line: str) -> None:
-        if self.progress:
-            tqdm.write(line)
+    def bar(self, total: int, desc: str, initial: int = 0, unit: str = "ins"):
+        return progress(total=total, initial=initial, desc=desc, unit=unit, disable=not self.progress)
 
     # -- versions -------------------------------------------------------------------------
     def seed_version(self) -> Any:
@@ -98,8 +102,7 @@ class TpoLoop:
         todo = [i for i in instructions if i["id"] not in done]
         params = SamplingParams(n=c.k, temperature=c.temperature, top_p=c.top_p, max_tokens=c.max_tokens,
                                 seed=self.cfg.instruction_seed + iteration)
-        bar = tqdm(total=len(instructions), initial=len(instructions) - len(todo), disable=not self.progress,
-                   desc=f"[{arm} it{iteration}] sample", leave=False)
+        bar = self.bar(len(instructions), f"[{arm} it{iteration}] sample", initial=len(instructions) - len(todo))
         for start in range(0, len(todo), c.batch_instructions):
             batch = todo[start:start + c.batch_instructions]
             rows = await self.sampler.generate([self.prompts[arm].build(i["instruction"]) for i in batch], params)
@@ -112,32 +115,42 @@ class TpoLoop:
 
     async def judge(self, arm: str, key: tuple[str, ...], instructions: list[dict[str, str]],
                     texts: dict[str, list[str]]) -> list[Group]:
-        """Parse each completion and score its response alone; verdicts stored, failures kept as such."""
+        """Parse each completion and score its response alone; verdicts stored per batch of
+        instructions (whole groups: a pairwise judge compares within one), failures kept as such."""
         done = self.state.get_rows(*key)
         todo = [i for i in instructions if i["id"] not in done]
+        step = self.cfg.sample.batch_instructions
         if todo:
-            parser = self.prompts[arm]
-            groups = []
-            for ins in todo:
-                row = []
-                for t in texts[ins["id"]]:
-                    p = parser.parse(t)
-                    row.append(Sample(completion=t, thought=p.thought, response=p.response, parsed=p.ok,
-                                      judge_error="" if p.ok else f"unparsable: {p.error}"))
-                groups.append(row)
-            verdicts = await self.judge_fn(judge_items(todo, groups))
-            flat = [s for row in groups for s in row]
-            for s, v in zip(flat, verdicts, strict=True):
-                if s.parsed:
-                    s.score = v.score
-                    s.judge_error = "" if v.ok else f"judge: {v.error}"
-                else:  # unparsable: judged as an empty response, kept for measurement
-                    s.score = v.score if v.ok else None
-            new = {ins["id"]: [s.to_dict() for s in row] for ins, row in zip(todo, groups, strict=True)}
-            self.state.put_rows(new, *key)
-            done |= new
+            with self.bar(len(instructions), f"[{arm}] judge {'/'.join(key[1:])}",
+                          initial=len(instructions) - len(todo)) as bar:
+                for start in range(0, len(todo), step):
+                    done |= await self._judge_batch(arm, key, todo[start:start + step], texts)
+                    bar.update(len(todo[start:start + step]))
         return [Group(i["id"], self.prompts[arm].build(i["instruction"]),
                       [Sample.from_dict(d) for d in done[i["id"]]]) for i in instructions]
+
+    async def _judge_batch(self, arm: str, key: tuple[str, ...], todo: list[dict[str, str]],
+                           texts: dict[str, list[str]]) -> dict[str, list[dict[str, Any]]]:
+        parser = self.prompts[arm]
+        groups = []
+        for ins in todo:
+            row = []
+            for t in texts[ins["id"]]:
+                p = parser.parse(t)
+                row.append(Sample(completion=t, thought=p.thought, response=p.response, parsed=p.ok,
+                                  judge_error="" if p.ok else f"unparsable: {p.error}"))
+            groups.append(row)
+        verdicts = await self.judge_fn(judge_items(todo, groups))
+        flat = [s for row in groups for s in row]
+        for s, v in zip(flat, verdicts, strict=True):
+            if s.parsed:
+                s.score = v.score
+                s.judge_error = "" if v.ok else f"judge: {v.error}"
+            else:  # unparsable: judged as an empty response, kept for measurement
+                s.score = v.score if v.ok else None
+        new = {ins["id"]: [s.to_dict() for s in row] for ins, row in zip(todo, groups, strict=True)}
+        self.state.put_rows(new, *key)
+        return new
 
     async def judge_fn(self, items: list[JudgeItem]):
         verdicts = await self.scorer.score(items)
@@ -172,6 +185,7 @@ class TpoLoop:
     async def measure(self, arm: str, version: Any, heldout: list[dict[str, str]]) -> dict[int, list[Sample]]:
         """One sample per held-out instruction per sampling seed, judged; stored by version and seed."""
         m, out = self.cfg.measure, {}
+        bar = self.bar(len(m.seeds), f"[{arm}] measure {version.version}", unit="seed")
         for seed in m.seeds:
             key = ("measure", arm, version.version, f"seed{seed}")
             done = self.state.get_rows(*key)
@@ -184,6 +198,8 @@ class TpoLoop:
                 await self.judge(arm, key, heldout, texts)
             groups = await self.judge(arm, key, heldout, {})
             out[seed] = [g.samples[0] for g in groups]
+            bar.update(1)
+        bar.close()
         return out
 
     # -- the loop ---------------------------------------------------------------------------
@@ -209,8 +225,9 @@ class TpoLoop:
                     it, info[(arm, it)], measured[(arm, it)], reference,
                     measured.get(("direct", it)) if arm == "thought" and cfg.baseline else None))
                 e = entries[arm][-1]
-                self.log(f"[{arm} it{it}] {e['model_version']}: score {e['score']}, win rate vs seed "
-                         f"{e['win_rate_vs_seed']:.3f}, unparsable {e['unparsable_rate']:.3f}")
+                log.info("[%s it%d] %s: score %s, win rate vs seed %.3f, unparsable %.3f", arm, it,
+                         e["model_version"], e["score"], e["win_rate_vs_seed"], e["unparsable_rate"])
+                self.tracker.log({k: v for k, v in e.items() if k != "iteration"}, step=it, prefix=arm)
             if it == cfg.iterations:
                 break
             train_ins = load_instructions(cfg.instructions, cfg.sample.instructions, cfg.instruction_seed + it)
@@ -223,8 +240,8 @@ class TpoLoop:
                 pairs, counts = self.make_pairs(arm, it, groups)
                 t_train = time.time()
                 new = await self.train_and_publish(arm, it, pairs, start, counts)
-                self.log(f"[{arm} it{it}] {counts['pairs']} pairs (rho {counts['rho']:.2f}, {counts['ties']} ties) "
-                         f"-> {new.version} in {time.time() - started:.0f}s")
+                log.info("[%s it%d] %d pairs (rho %.2f, %d ties) -> %s in %.0fs", arm, it, counts["pairs"],
+                         counts["rho"], counts["ties"], new.version, time.time() - started)
                 nxt = info.setdefault((arm, it + 1), {})
                 nxt |= {"rho": counts["rho"], "pairs": counts["pairs"], "pair_counts": counts,
                         "train_s": round(time.time() - t_train, 2), "wall_s": round(time.time() - started, 2),

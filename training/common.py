@@ -26,7 +26,8 @@ import torch
 from datasets import Dataset, load_from_disk
 from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from transformers.trainer_callback import PrinterCallback
+from transformers.integrations import TensorBoardCallback
+from transformers.trainer_callback import PrinterCallback, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from training.checkpoints import finalize_checkpoint, validate_checkpoint
@@ -46,10 +47,13 @@ class RatchetTrainFields:
     lora_target_modules: str = field(default="all-linear", metadata={"help": "Modules that get adapters."})
     cpu_threads: int = field(default=0, metadata={"help": "torch threads on CPU; 0 = all cores of this process."})
     quiet: bool = field(default=False, metadata={"help": "No per-step log lines (with disable_tqdm: silent)."})
+    tracking_dir: str = field(default="", metadata={
+        "help": "Where report_to=tensorboard writes its event files; '' = inside output_dir's scratch dir, "
+                "which is removed after training (common.tracking.training_args sets it)."})
     # TRL defaults changed for ratchet (this mixin comes first in the MRO, so these win):
     bf16: bool | None = field(default=None)  # None: bf16 on GPU, fp32 on CPU (TRL's True fails on CPU)
     gradient_checkpointing: bool = field(default=False)  # small models: recompute costs more than it saves
-    report_to: Any = field(default="none")  # no trackers unless asked: runs must work offline
+    report_to: Any = field(default="none")  # no trackers unless asked (a job's tracking.report_to)
     # intermediate checkpoints in the work dir, so a killed training resumes (the finished
     # model is still saved once, atomically, into output_dir)
     save_strategy: Any = field(default="steps")
@@ -164,9 +168,25 @@ def resumable_run(cfg, data: Dataset):
     shutil.rmtree(work, ignore_errors=True)
 
 
-def quiet_down(trainer, cfg: RatchetTrainFields) -> None:
-    if cfg.quiet:
-        trainer.remove_callback(PrinterCallback)
+class LogCallback(TrainerCallback):
+    """The trainer's periodic numbers (loss, learning rate...) as log lines, instead of the
+    PrinterCallback's prints: common.logs' format and redaction, and Ray forwards them."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs:
+            shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in logs.items()}
+            log.info("step %d/%d: %s", state.global_step, state.max_steps, shown)
+
+
+def set_callbacks(trainer, cfg: RatchetTrainFields) -> None:
+    """Logs instead of prints (unless quiet); TensorBoard into cfg.tracking_dir when asked.
+    With disable_tqdm=False the trainer keeps TRL's own bar, which also shows the numbers."""
+    trainer.remove_callback(PrinterCallback)  # present only with disable_tqdm: it print()s each log dict
+    if cfg.disable_tqdm and not cfg.quiet:
+        trainer.add_callback(LogCallback())
+    for callback in trainer.callback_handler.callbacks:
+        if isinstance(callback, TensorBoardCallback) and cfg.tracking_dir:
+            callback.logging_dir = cfg.tracking_dir  # transformers 5 has no logging_dir argument
 
 
 def save_trained(trainer, tokenizer, output_dir: str, metrics: dict[str, Any], started: float) -> TrainResult:
@@ -209,7 +229,7 @@ def run_trainer(trainer_cls, cfg, data, columns: tuple[str, ...], callbacks: lis
             model=model, args=run_cfg, train_dataset=dataset, processing_class=tokenizer,
             peft_config=lora_config(cfg), callbacks=callbacks,
         )
-        quiet_down(trainer, cfg)
+        set_callbacks(trainer, cfg)
         output = trainer.train(resume_from_checkpoint=last)
         metrics = (train_metrics(output, trainer) | {"examples": len(dataset)} | extra_metrics
                    | ({"resumed_from_step": int(Path(last).name.split("-")[-1])} if last else {}))

@@ -19,15 +19,18 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import shutil
-import sys
 import tempfile
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from common.logs import setup_logging
 from training.corpora import load_corpus, named_function
 from training.seed import SeedConfig, build_seed_model, cache_key
+
+log = logging.getLogger(__name__)
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "models"
 MANIFEST = "manifest.json"
@@ -135,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("command", choices=["build", "check", "list"])
     parser.add_argument("names", nargs="*", help="recipes (default: all)")
     args = parser.parse_args(argv)
+    setup_logging()
     names = args.names or sorted(RECIPES)
     if args.command == "list":
         for n in names:
@@ -142,13 +146,13 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "build":
         for n in names:
             m = build(n)
-            print(f"models/{n}: {m['parameters']:,} parameters, {m['train'].get('steps')} steps, "
-                  f"loss {m['train'].get('last_loss')}, built in {m['build_s']}s"
-                  + (f", held-out {m['heldout']}" if "heldout" in m else ""), flush=True)
+            log.info("models/%s: %s parameters, %s steps, loss %s, built in %ss%s", n, f"{m['parameters']:,}",
+                     m["train"].get("steps"), m["train"].get("last_loss"), m["build_s"],
+                     f", held-out {m['heldout']}" if "heldout" in m else "")
     else:
         bad = [p for n in names for p in problems(n)]
         for p in bad:
-            print(p, file=sys.stderr)
+            log.error("%s", p)
         if bad:
             raise SystemExit(1)
         print(f"{len(names)} embedded models match their recipes")

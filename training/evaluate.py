@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from common.progress import progress
+
 
 def _load(path: str):
     model = AutoModelForCausalLM.from_pretrained(path, attn_implementation="sdpa").eval()
@@ -19,10 +21,13 @@ def _load(path: str):
 
 
 @torch.inference_mode()
-def greedy_accuracy(path: str, rows: Sequence[dict[str, str]], max_new_tokens: int = 16, batch_size: int = 64) -> float:
-    """Fraction of rows whose greedy completion equals the row's completion exactly."""
+def greedy_accuracy(path: str, rows: Sequence[dict[str, str]], max_new_tokens: int = 16, batch_size: int = 64,
+                    desc: str = "") -> float:
+    """Fraction of rows whose greedy completion equals the row's completion exactly (`desc`:
+    show progress under that name)."""
     model, tokenizer = _load(path)
     correct = 0
+    bar = progress(total=len(rows), desc=desc, unit="row", disable=not desc)
     for i in range(0, len(rows), batch_size):
         batch = rows[i : i + batch_size]
         enc = tokenizer([r["prompt"] for r in batch], return_tensors="pt", padding=True)
@@ -32,6 +37,8 @@ def greedy_accuracy(path: str, rows: Sequence[dict[str, str]], max_new_tokens: i
         )
         texts = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         correct += sum(t == r["completion"] for t, r in zip(texts, batch, strict=True))
+        bar.update(len(batch))
+    bar.close()
     return correct / len(rows)
 
 

@@ -23,9 +23,9 @@ from training.common import (
     TrainResult,
     as_dataset,
     check_fields,
-    quiet_down,
     save_trained,
     scratch_run,
+    set_callbacks,
     set_threads,
     train_metrics,
 )
@@ -51,7 +51,7 @@ def train_reward(cfg: RewardJobConfig, data: Dataset | list[dict[str, Any]] | st
     model.config.pad_token_id = tokenizer.pad_token_id
     with scratch_run(cfg) as run_cfg:
         trainer = RewardTrainer(model=model, args=run_cfg, train_dataset=dataset, processing_class=tokenizer)
-        quiet_down(trainer, cfg)
+        set_callbacks(trainer, cfg)
         output = trainer.train()
         metrics = train_metrics(output, trainer) | {"examples": len(dataset), "method": "reward"}
         return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)

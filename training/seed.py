@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import tempfile
 import time
@@ -26,12 +27,16 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from common.config import redact_secrets
+from common.logs import setup_logging
+from common.progress import mode as progress_mode
 from store.codehash import content_hash
 from store.server import ratchet_home
 from training.checkpoints import CheckpointExists
 from training.corpora import load_corpus, named_function
 from training.sft import SFTJobConfig, train_sft
 from training.tokenizer import train_tokenizer
+
+log = logging.getLogger(__name__)
 
 # Wide and shallow: on CPU about 3x faster to train than deep-narrow at the same size.
 PRESETS: dict[str, dict[str, int]] = {
@@ -135,7 +140,8 @@ def build_seed_model(cfg: SeedConfig, progress: bool = True) -> SeedResult:
             model_path=init_dir, output_dir=str(final), max_steps=cfg.max_steps,
             learning_rate=cfg.learning_rate, per_device_train_batch_size=cfg.batch_size,
             max_length=cfg.max_length, lr_scheduler_type="cosine", warmup_steps=min(50, cfg.max_steps // 10),
-            seed=cfg.seed, disable_tqdm=not progress, quiet=not progress, logging_steps=max(1, cfg.max_steps // 10),
+            seed=cfg.seed, disable_tqdm=not progress or progress_mode() != "bars", quiet=not progress,
+            logging_steps=max(1, cfg.max_steps // 10),  # without a bar (not a terminal): 10 log lines
         )
         try:
             result = train_sft(sft, rows)
@@ -172,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument("--cache-dir", default=None, help="default: $RATCHET_HOME/models")
     args = parser.parse_args(argv)
+    setup_logging()
     try:
         corpus_kwargs = json.loads(args.corpus_kwargs)
     except ValueError as e:
@@ -183,12 +190,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     result = build_seed_model(cfg)
     train = result.info["train"]
-    print(
-        f"{'reused cached' if result.cached else 'built'} seed model {result.path}\n"
-        f"  preset {cfg.preset}: {result.info['parameters']:,} parameters, {result.info['corpus_rows']} rows, "
-        f"{train['steps']} steps, loss {train['first_loss']} -> {train['last_loss']}, "
-        f"built in {result.info['build_s']}s"
-    )
+    log.info("%s seed model %s", "reused cached" if result.cached else "built", result.path)
+    log.info("preset %s: %s parameters, %d rows, %d steps, loss %s -> %s, built in %ss", cfg.preset,
+             f"{result.info['parameters']:,}", result.info["corpus_rows"], train["steps"], train["first_loss"],
+             train["last_loss"], result.info["build_s"])
 
 
 if __name__ == "__main__":

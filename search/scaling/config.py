@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
+from common.tracking import TrackingConfig
 from search.pool import PoolConfig
 from search.scaling.curves import CurvesConfig
 from search.scaling.sampling import SamplingPlan
@@ -48,6 +49,7 @@ class ScalingConfig:
     # subsampling, CIs, and Verification@k's selection options (curves.options.k_tie: replayed
     # comparisons per matchup, drawn from the stored ones)
     curves: CurvesConfig = field(default_factory=CurvesConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)  # curves and benchmark to report_to's trackers
 
     def __post_init__(self):
         for name in ("questions", "k_inf", "k_verif", "batch_questions", "compare_classes",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -23,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from common.progress import progress
 from common.sampling import Completion, Generate, Prompt, SamplingParams
+from common.tracking import Tracker
 from search.pool import SamplerPool  # Ray is started by the job runner
 from search.scaling.arith_problems import arith_triples, make_problems
 from search.scaling.config import ScalingConfig
@@ -35,6 +38,10 @@ from store import Store
 from store.codehash import content_hash
 from verifiers.math_answers import load_jsonl_dataset
 from verifiers.selfverify import compare_prompt, parse_comparison, parse_verification, verify_prompt
+
+log = logging.getLogger(__name__)
+# what each stored phase is, for its progress bar
+PHASE_NAMES = {"candidates": "sampling", "verdicts": "verification", "comparisons": "tie-breaks"}
 
 
 def load_questions(cfg: ScalingConfig) -> list[dict[str, str]]:
@@ -91,13 +98,23 @@ async def verification_benchmark(generate, triples: list[dict[str, str]], cfg: S
 class ScalingExperiment:
     """One scaling experiment: each step a method, the state in Redis and run_dir."""
 
-    def __init__(self, cfg: ScalingConfig, store: Store, run_dir: Path, generate: Generate, model: str = ""):
+    def __init__(self, cfg: ScalingConfig, store: Store, run_dir: Path, generate: Generate, model: str = "",
+                 tracker: Tracker | None = None):
         """`model`: the resolved checkpoint, stored in the sampling plan (a rerun with another refuses)."""
         self.cfg, self.store, self.run_dir, self.generate, self.model = cfg, store, run_dir, generate, model
+        self.tracker = tracker or Tracker({})
         self.started = time.time()
+        self.bars: dict[str, Any] = {}
 
     def progress(self, phase: str, done: int, total: int) -> None:
-        print(f"[{phase}] {done}/{total} questions ({time.time() - self.started:.0f}s)", flush=True)
+        """One bar per sampling phase (the sampler reports done/total after each stored batch)."""
+        bar = self.bars.get(phase)
+        if bar is None:
+            bar = self.bars[phase] = progress(total=total, initial=done, unit="q",
+                                              desc=f"[{PHASE_NAMES.get(phase, phase)}] {phase}")
+        bar.update(done - bar.n)
+        if done >= total:
+            bar.close()
 
     def questions(self) -> list[dict[str, str]]:
         return load_questions(self.cfg)
@@ -110,9 +127,15 @@ class ScalingExperiment:
 
     def curves(self, pool: ScoredPool) -> dict[str, Any]:
         t = time.time()
+        log.info("curves: %d strategies, bootstrap CIs over %d questions", len(self.cfg.curves.strategies),
+                 len(pool.question_ids))
         curves = compute_curves(pool, self.cfg.curves)
         write_outputs(self.run_dir, curves, pool)
-        return curves.summary() | {"curves_s": round(time.time() - t, 2)}
+        summary = curves.summary()
+        for strategy, rows in summary["curves"].items():  # accuracy against k, one series per strategy
+            for row in rows:
+                self.tracker.log({strategy: row["accuracy"]}, step=row["k"], prefix="curves/accuracy")
+        return summary | {"curves_s": round(time.time() - t, 2)}
 
     def triples(self) -> list[dict[str, str]]:
         cfg = self.cfg
@@ -122,14 +145,16 @@ class ScalingExperiment:
         return [json.loads(x) for x in lines if x.strip()][: cfg.benchmark_triples]
 
     def benchmark(self) -> dict[str, Any]:
-        return asyncio.run(verification_benchmark(self.generate, self.triples(), self.cfg))
+        triples = self.triples()
+        log.info("verification benchmark: %d triples, %d verdicts per response", len(triples), self.cfg.k_verif)
+        result = asyncio.run(verification_benchmark(self.generate, triples, self.cfg))
+        self.tracker.log(result, step=0, prefix="verification_benchmark")
+        return result
 
     def write(self, summary: dict[str, Any]) -> None:
         summary["wall_s"] = round(time.time() - self.started, 1)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-        text = report(self.cfg, summary)
-        (self.run_dir / "report.md").write_text(text)
-        print(text, flush=True)
+        (self.run_dir / "report.md").write_text(report(self.cfg, summary))
         self.store.events(self.cfg.experiment).emit("scaling_done", wall_s=summary["wall_s"])
 
     def run(self) -> dict[str, Any]:

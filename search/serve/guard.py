@@ -11,13 +11,12 @@ constant time with the digest of the token a request sends.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import hashlib
 import hmac
 import json
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
