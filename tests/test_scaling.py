@@ -247,7 +247,7 @@ def test_a_rerun_with_another_model_refuses_instead_of_mixing_samples(store, exp
     from store import keys
 
     cfg = ScalingConfig(experiment=experiment_name, runs_dir=str(tmp_path), mode="curves", questions=2,
-                        model=untrained_model, sampler="local", prompt_style="compact", k_inf=2, k_verif=1, k_tie=0,
+                        model=untrained_model, in_process=True, prompt_style="compact", k_inf=2, k_verif=1, k_tie=0,
                         max_tokens=4, verify_max_tokens=4, batch_questions=2)
     cfg.curves.seeds, cfg.curves.bootstrap = 2, 10
     execute(JOB, cfg, store=store)
@@ -266,9 +266,11 @@ def test_a_scaling_job_that_fails_reads_failed(store, experiment_name, tmp_path)
     from ray_jobs.runner import execute
     from ray_jobs.scaling import JOB
 
+    broken = tmp_path / "not-a-checkpoint"  # exists (the pre-start checks pass), but holds no model
+    broken.mkdir()
     cfg = ScalingConfig(experiment=experiment_name, runs_dir=str(tmp_path), mode="curves", questions=2,
-                        model=str(tmp_path / "no-such-model"), sampler="local", prompt_style="compact")
-    with pytest.raises(Exception):  # noqa: B017 - whatever the engine raises for a missing checkpoint
+                        model=str(broken), in_process=True, prompt_style="compact")
+    with pytest.raises(Exception):  # noqa: B017 - whatever the engine raises for a dir without a model
         execute(JOB, cfg, store=store)
     record = store.experiments.get(experiment_name)
-    assert record.status == "failed" and "no-such-model" in record.error
+    assert record.status == "failed" and "tokenizer" in record.error  # the error, recorded
