@@ -14,6 +14,7 @@ report.md and iterations.png.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from training.checkpoints import clean_scratch, discard_unpublished
 from training.dpo import DPOJobConfig, train_dpo_remote
 from verifiers.judges import make_judge as build
 
+log = logging.getLogger(__name__)
 CPUS_PER_SAMPLER = 1.0  # each sampler actor's CPU share
 
 
@@ -83,6 +85,7 @@ async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
     clean_scratch(storage / "checkpoints")  # a killed training's; the runner's lease makes them ours
     tracker = Tracker.start(cfg.tracking, run_dir=ctx.run_dir, experiment=cfg.experiment, config=cfg)
     try:
+        log.info("starting %d sampler actor(s), engine %s, model %s", cfg.model.num_actors, cfg.model.engine, seed)
         await pool.ready()
         loop = TpoLoop(cfg, state=TpoState(ctx.store.client, cfg.experiment), models=models, sampler=pool,
                        judge=judge, train=dpo_trainer(cfg, storage, models, ctx.run_dir), seed_checkpoint=seed,
