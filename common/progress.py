@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from typing import Any
 
@@ -24,13 +25,14 @@ MODES = ("auto", "bars", "log", "off")
 LOG_BAR_FORMAT = "{desc}: {n_fmt}/{total_fmt} ({percentage:3.0f}%) [{elapsed}<{remaining}, {rate_fmt}]"
 
 log = logging.getLogger("ratchet.progress")
+_CURSOR = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # a nested bar's cursor moves: nothing in a log line
 
 
 class _LogWriter:
     """A file for tqdm that turns each status it draws into one log line."""
 
     def write(self, text: str) -> None:
-        line = text.strip("\r\n ")
+        line = _CURSOR.sub("", text).strip("\r\n ")
         if line:
             log.info(line)
 

@@ -15,6 +15,7 @@ report.md and iterations.png.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -30,6 +31,8 @@ from thinking.state import TpoState
 from training.checkpoints import clean_scratch, discard_unpublished
 from training.dpo import DPOJobConfig, train_dpo_remote
 from verifiers.judges import make_judge as build
+
+log = logging.getLogger(__name__)
 
 
 def resolve(path: str) -> str:
@@ -80,6 +83,7 @@ async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
     clean_scratch(storage / "checkpoints")  # a killed training's; the runner's lease makes them ours
     tracker = Tracker.start(cfg.tracking, run_dir=ctx.run_dir, experiment=cfg.experiment, config=cfg)
     try:
+        log.info("starting %d sampler actor(s), engine %s, model %s", cfg.sampler.num_actors, cfg.sampler.engine, seed)
         await pool.ready()
         state = TpoState(ctx.store.client, cfg.experiment, ctx.store.fence_for(cfg.experiment))  # fenced writes
         loop = TpoLoop(cfg, state=state, models=models, sampler=pool, judge=judge,

@@ -95,10 +95,13 @@ def test_progress_is_log_lines_without_a_terminal_and_bars_when_asked(caplog, mo
     monkeypatch.setenv(progress.ENV_INTERVAL, "0")
     with caplog.at_level(logging.INFO, logger="ratchet.progress"):
         with progress.progress(total=3, desc="[test] phase", unit="q") as bar:  # pytest's stderr: no TTY
+            with progress.progress(total=1, desc="[test] nested") as inner:  # tqdm moves the cursor for it
+                inner.update(1)
             bar.update(3)
     lines = [r.getMessage() for r in caplog.records if r.name == "ratchet.progress"]
     assert lines[0].startswith("[test] phase: 0/3") and lines[-1].startswith("[test] phase: 3/3 (100%)")
-    assert all("\r" not in x for x in lines)
+    assert "[test] nested: 1/1 (100%)" in "\n".join(lines)
+    assert all("\r" not in x and "\x1b" not in x and x.startswith("[test] ") for x in lines), lines
     monkeypatch.setenv(progress.ENV_MODE, "bars")
     with progress.progress(total=2, desc="[test] bar") as bar:
         bar.update(2)
