@@ -143,6 +143,7 @@ class Slot:
     inflight: int = 0
     generation: int = 0  # bumped when the actor is replaced, so one death triggers one restart
     restarts: int = 0
+    warm: bool = True  # False for a replacement until it has loaded its model
 
 
 class Router:
@@ -193,6 +194,7 @@ class Router:
         slot.handle = handle
         slot.generation += 1
         slot.restarts += 1
+        slot.warm = False
 
 
 class SamplerPool:
@@ -246,6 +248,9 @@ class SamplerPool:
             slot = await self.router.acquire()
             handle, generation = slot.handle, slot.generation
             try:
+                if not slot.warm:  # a replacement loads its model first: not part of the request's deadline
+                    await handle.ready.remote()
+                    slot.warm = slot.warm or slot.handle is handle
                 results = await self._call(handle.generate.remote(prompts, params), slot.index)
             except Exception as e:
                 if not is_infrastructure(e):
