@@ -52,6 +52,7 @@ JOBS = {  # workload -> (module, config, overrides for a small run)
 }
 POINTS = {"soar": ["driver", "sampler", "verifier", "sandbox", "redis"],
           "scaling": ["driver", "sampler", "redis"]}
+FIND_WAIT_S = 60  # how long a kill point's process is looked for before the kill counts as not made
 LEASE_TTL_S = 10  # short, so a killed driver's lease frees soon; a restart waits it out
 ACTOR_TITLES = {"sampler": "ray::SamplerWorker", "verifier": "ray::ArcVerifierActorImpl"}
 
@@ -164,9 +165,13 @@ def run_chaos(cluster: Cluster, workload: str, runs: Path, log, ref_s: float, rn
                 break
             pending.remove(point)
             pid = job.pid if point == "driver" else cluster.find(point)
+            looked = time.monotonic()
+            while pid is None and job.poll() is None and time.monotonic() < looked + FIND_WAIT_S:
+                time.sleep(0.5)  # not started yet (a replacement, the first chunk's sandbox): look again
+                pid = cluster.find(point)
             kill = {"point": point, "start": starts, "at_s": round(time.monotonic() - t0, 1)}
             if pid is None:
-                kills.append(kill | {"made": False, "why": "no such process at that moment"})
+                kills.append(kill | {"made": False, "why": f"no such process within {FIND_WAIT_S} s"})
                 continue
             cluster.kill(point, pid)
             kills.append(kill | {"made": True})

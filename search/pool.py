@@ -169,7 +169,7 @@ class Slot:
     inflight: int = 0
     generation: int = 0  # bumped when the actor is replaced, so one death triggers one restart
     restarts: int = 0
-    started: bool = True  # False for a replacement until its model has loaded (see submit)
+    warm: bool = True  # False for a replacement until it has loaded its model
 
 
 class Router:
@@ -220,7 +220,7 @@ class Router:
         slot.handle = handle
         slot.generation += 1
         slot.restarts += 1
-        slot.started = False
+        slot.warm = False
 
 
 class SamplerPool:
@@ -280,12 +280,9 @@ class SamplerPool:
             handle, generation = slot.handle, slot.generation
             ref = None
             try:
-                if not slot.started:
-                    # A replacement first loads its model: that start is not the request's time,
-                    # so the deadline runs from here (under load a start alone can exceed it).
+                if not slot.warm:  # a replacement loads its model first: not part of the request's deadline
                     await handle.ready.remote()
-                    if slot.generation == generation:
-                        slot.started = True
+                    slot.warm = slot.warm or slot.handle is handle
                 ref = handle.generate.remote(prompts, params)
                 results = await self._call(ref, slot.index)
             except asyncio.CancelledError:
