@@ -23,8 +23,7 @@ from pathlib import Path
 
 from benchmarks.bench_sampling import random_model
 from common.sampling import SamplingParams
-from evolution.programs import body_regex
-from evolution.programs import colours
+from evolution.programs import body_regex, colours
 from evolution.prompts import CODE_PREFIX, refinement_prompt, sampling_prompt
 from evolution.records import Candidate
 from evolution.tasks import load_split
