@@ -1,6 +1,7 @@
 """SOAR on the demo tasks: search throughput, and where an iteration's time goes.
 
     python -m benchmarks.bench_soar          # or: make bench
+    BENCH_SOAR_PREFIX_ONLY=1 python -m benchmarks bench_soar   # only the prefix cache on/off part
 
 Runs the soar job on local Ray:
 - the demo config's search (its shipped seed model, a smaller budget) with the transformers

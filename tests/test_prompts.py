@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 
 import pytest
@@ -130,9 +131,7 @@ def test_a_tasks_prompts_start_with_the_task_so_the_prefix_cache_shares_it(task,
     parents = [p for p in (parent_candidate(task, random_program(rng, cols, cols, 2)) for _ in range(40)) if p][:3]
     assert len(parents) >= 2
     prompts = [refinement_prompt(visible, p, style, 1900) for p in parents]
-    common = prompts[0]
-    for p in prompts[1:]:
-        common = common[: next((i for i, (a, b) in enumerate(zip(common, p, strict=False)) if a != b), min(len(common), len(p)))]
+    common = os.path.commonprefix(prompts)
     grids = render_task(visible, style)
     assert grids in common and not any(p.code.strip() in common for p in parents)
     if style == "compact":

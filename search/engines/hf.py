@@ -38,6 +38,7 @@ from common.sampling import (
     truncate_at_stop,
 )
 from search.engines.base import default_version
+from search.engines.hf_prefix import prefill
 from search.engines.logprobs import generate_kwargs, split_output
 from search.engines.prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_MAX_BYTES, PrefixCache
 from search.engines.regex_constraint import RegexLogitsProcessor, TokenRegex
@@ -163,85 +164,15 @@ class TransformersEngine:
         return "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
 
     def _prefill(self, rows: list[list[int]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
-        """One cache holding the states of `rows` (prompts but their last tokens), with the
-        token ids and attention mask of its columns. Without the prefix cache the rows are
-        run as they are (one row, as _generate_shared always did). With it, each row's
-        longest cached block prefix is reused and only the rest is run, in one forward
-        pass: row r's columns are [pad][cached blocks][pad][rest], the pads masked out;
-        new full blocks are stored. A block prefix that every row shares and the cache
-        lacks is run once first, so a batch of one task's prompts computes the task once."""
-        pc, pad = self.prefix_cache, self.tokenizer.pad_token_id
-        if pc is None:
+        """The states of `rows` (prompts but their last tokens): one cache, with its columns'
+        token ids and attention mask; through the prefix cache when there is one."""
+        if self.prefix_cache is None:
             cache = DynamicCache(config=self.model.config)
-            self.model(input_ids=torch.tensor(rows, device=self.device), **{self._cache_arg(): cache}, use_cache=True)
             ids = torch.tensor(rows, device=self.device)
+            self.model(input_ids=ids, **{self._cache_arg(): cache}, use_cache=True)
             return cache, ids, torch.ones_like(ids)
-        computed = self._prefill_common(rows)
-        blocks = [pc.match(r) for r in rows]
-        cached = [len(b) * pc.block_tokens for b in blocks]
-        rest = [r[c:] for r, c in zip(rows, cached, strict=True)]
-        width_c, width_s = max(cached), max(len(x) for x in rest)
-        cache = DynamicCache(config=self.model.config)
-        if width_c:
-            for layer in range(len(next(b for b in blocks if b)[0])):
-                keys, values = [], []
-                for b in blocks:  # b[i][layer] = (keys, values) of block i; left-padded with zeros (masked)
-                    k = torch.cat([blk[layer][0] for blk in b], dim=2) if b else None
-                    v = torch.cat([blk[layer][1] for blk in b], dim=2) if b else None
-                    keys.append(k)
-                    values.append(v)
-                ref = next(k for k in keys if k is not None)
-                kb = ref.new_zeros((len(rows), ref.shape[1], width_c, ref.shape[3]))
-                vb = torch.zeros_like(kb)
-                for r, (k, v) in enumerate(zip(keys, values, strict=True)):
-                    if k is not None:
-                        kb[r, :, width_c - k.shape[2] :] = k[0]
-                        vb[r, :, width_c - v.shape[2] :] = v[0]
-                cache.update(kb, vb, layer)
-        ids = [[pad] * (width_c - c) + r[:c] + [pad] * (width_s - len(x)) + x
-               for r, c, x in zip(rows, cached, rest, strict=True)]
-        mask = [[0] * (width_c - c) + [1] * c + [0] * (width_s - len(x)) + [1] * len(x)
-                for c, x in zip(cached, rest, strict=True)]
-        ids_t, mask_t = torch.tensor(ids, device=self.device), torch.tensor(mask, device=self.device)
-        if width_s:
-            padded = any(c != width_c for c in cached) or any(len(x) != width_s for x in rest)
-            extra = {}
-            if padded:  # positions continue each row's cached part, skipping pads
-                positions = [[0] * (width_s - len(x)) + list(range(c, c + len(x))) for c, x in zip(cached, rest, strict=True)]
-                extra = dict(attention_mask=mask_t, position_ids=torch.tensor(positions, device=self.device))
-            self.model(input_ids=ids_t[:, width_c:], **{self._cache_arg(): cache}, use_cache=True, **extra)
-            states = _layer_states(cache)
-            size = pc.block_tokens
-            for r, (row, c, x) in enumerate(zip(rows, cached, rest, strict=True)):
-                at = width_c + width_s - len(x) - c  # column of row position j is at + j, for j >= c
-                new = []
-                for b in range(c // size, len(row) // size):
-                    lo, hi = at + b * size, at + (b + 1) * size
-                    # copies: a view would keep the whole batch's tensor alive
-                    value = tuple((k[r : r + 1, :, lo:hi].clone(), v[r : r + 1, :, lo:hi].clone()) for k, v in states)
-                    new.append((value, sum(k.nbytes + v.nbytes for k, v in value)))
-                pc.insert(row, c // size, new)
-            computed += sum(len(x) for x in rest)
-        pc.record(sum(len(r) + 1 for r in rows), sum(len(r) for r in rows) - computed)  # +1: the last token starts generation
-        return cache, ids_t, mask_t
-
-    def _prefill_common(self, rows: list[list[int]]) -> int:
-        """Run the full blocks every row shares, if the cache lacks them; returns tokens run."""
-        pc = self.prefix_cache
-        if len(rows) < 2:
-            return 0
-        keys = [pc.block_keys(r) for r in rows]
-        shared = 0
-        while all(len(k) > shared for k in keys) and all(k[shared] == keys[0][shared] for k in keys):
-            shared += 1
-        have = len(pc.match(rows[0][: shared * pc.block_tokens]))
-        if have == shared:
-            return 0
-        common = rows[0][: shared * pc.block_tokens]
-        before = (pc.prompt_tokens, pc.reused_tokens)
-        self._prefill([common])
-        pc.prompt_tokens, pc.reused_tokens = before  # counted with the rows that share it
-        return len(common) - have * pc.block_tokens
+        return prefill(self.model, rows, self.prefix_cache, cache_arg=self._cache_arg(),
+                       pad_id=self.tokenizer.pad_token_id, device=self.device)
 
     def _generate_cached_batch(self, batch: list[list[int]], params: SamplingParams) -> list[Completion]:
         """_generate_batch with the prompts' states from _prefill: generate then runs only
@@ -325,9 +256,3 @@ class TransformersEngine:
             logprobs=None if logprobs is None else logprobs[:length],
         )
 
-
-def _layer_states(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """(keys, values) per layer of a DynamicCache, in either transformers' layout."""
-    if hasattr(cache, "layers"):  # transformers >= 4.56
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    return list(zip(cache.key_cache, cache.value_cache, strict=True))

@@ -1,0 +1,97 @@
+"""The transformers engine's prefill through the prefix cache (search/engines/prefix_cache.py).
+
+A batch of prompts (each but its last token) becomes one KV cache that `generate` continues:
+each row's longest cached block prefix is reused and only the rest is run, all rows in one
+forward pass. Row r's columns are [pad][cached blocks][pad][rest]: the pads are masked out
+and positions continue each row's cached part, so a row's states are those it would have in
+a plain left-padded batch (tests/test_prefix_cache.py checks the outputs are equal). The new
+full blocks are stored. A block prefix that every row shares and the cache lacks is run once
+first, so a batch of one task's prompts computes the task once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from search.engines.prefix_cache import PrefixCache
+
+
+def prefill(model: Any, rows: list[list[int]], pc: PrefixCache, *, cache_arg: str, pad_id: int,
+            device: str) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
+    """(cache, token ids of its columns, attention mask of its columns) for `rows`."""
+    computed = _prefill_common(model, rows, pc, cache_arg=cache_arg, pad_id=pad_id, device=device)
+    blocks = [pc.match(r) for r in rows]  # blocks[r][i][layer] = (keys, values), each (1, heads, block, dim)
+    cached = [len(b) * pc.block_tokens for b in blocks]
+    rest = [r[c:] for r, c in zip(rows, cached, strict=True)]
+    width_c, width_s = max(cached), max(len(x) for x in rest)
+    cache = DynamicCache(config=model.config)
+    if width_c:
+        for layer in range(len(next(b for b in blocks if b)[0])):
+            parts = [(torch.cat([blk[layer][0] for blk in b], dim=2), torch.cat([blk[layer][1] for blk in b], dim=2))
+                     if b else None for b in blocks]
+            ref = next(p for p in parts if p is not None)[0]
+            keys = ref.new_zeros((len(rows), ref.shape[1], width_c, ref.shape[3]))  # pads stay zero (masked)
+            values = torch.zeros_like(keys)
+            for r, part in enumerate(parts):
+                if part is not None:
+                    keys[r, :, width_c - part[0].shape[2] :] = part[0][0]
+                    values[r, :, width_c - part[1].shape[2] :] = part[1][0]
+            cache.update(keys, values, layer)
+    ids = [[pad_id] * (width_c - c) + r[:c] + [pad_id] * (width_s - len(x)) + x
+           for r, c, x in zip(rows, cached, rest, strict=True)]
+    mask = [[0] * (width_c - c) + [1] * c + [0] * (width_s - len(x)) + [1] * len(x)
+            for c, x in zip(cached, rest, strict=True)]
+    ids_t, mask_t = torch.tensor(ids, device=device), torch.tensor(mask, device=device)
+    if width_s:
+        extra = {}
+        if any(c != width_c for c in cached) or any(len(x) != width_s for x in rest):  # pads inside: say where
+            positions = [[0] * (width_s - len(x)) + list(range(c, c + len(x))) for c, x in zip(cached, rest, strict=True)]
+            extra = dict(attention_mask=mask_t, position_ids=torch.tensor(positions, device=device))
+        model(input_ids=ids_t[:, width_c:], **{cache_arg: cache}, use_cache=True, **extra)
+        _store(pc, rows, cached, [width_c + width_s - len(x) - c for c, x in zip(cached, rest, strict=True)],
+               layer_states(cache))
+        computed += sum(len(x) for x in rest)
+    pc.record(sum(len(r) + 1 for r in rows), sum(len(r) for r in rows) - computed)  # +1: the last token, run by generate
+    return cache, ids_t, mask_t
+
+
+def _store(pc: PrefixCache, rows: list[list[int]], cached: list[int], offsets: list[int],
+           states: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Insert each row's new full blocks; row r's position j (j >= cached[r]) is column offsets[r] + j."""
+    size = pc.block_tokens
+    for r, (row, c, at) in enumerate(zip(rows, cached, offsets, strict=True)):
+        new = []
+        for b in range(c // size, len(row) // size):
+            lo, hi = at + b * size, at + (b + 1) * size
+            # copies: a view would keep the whole batch's tensor alive
+            value = tuple((k[r : r + 1, :, lo:hi].clone(), v[r : r + 1, :, lo:hi].clone()) for k, v in states)
+            new.append((value, sum(k.nbytes + v.nbytes for k, v in value)))
+        pc.insert(row, c // size, new)
+
+
+def _prefill_common(model: Any, rows: list[list[int]], pc: PrefixCache, **kw: Any) -> int:
+    """Run the full blocks every row shares, if the cache lacks them; returns the tokens run."""
+    if len(rows) < 2:
+        return 0
+    keys = [pc.block_keys(r) for r in rows]
+    shared = 0
+    while all(len(k) > shared for k in keys) and all(k[shared] == keys[0][shared] for k in keys):
+        shared += 1
+    common = rows[0][: shared * pc.block_tokens]
+    have = len(pc.match(common))
+    if have == shared:
+        return 0
+    counts = (pc.prompt_tokens, pc.reused_tokens)
+    prefill(model, [common], pc, **kw)
+    pc.prompt_tokens, pc.reused_tokens = counts  # counted with the rows that share it
+    return len(common) - have * pc.block_tokens
+
+
+def layer_states(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """(keys, values) per layer of a DynamicCache, in either transformers' layout."""
+    if hasattr(cache, "layers"):  # transformers >= 4.56
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
