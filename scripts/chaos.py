@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -129,6 +130,8 @@ class Cluster:
     def close(self) -> None:
         self.reap_ray()
         stop_local_server(self.redis_dir)
+        shutil.rmtree(self.ray_tmp, ignore_errors=True)
+        shutil.rmtree(self.base, ignore_errors=True)
 
 
 def start_job(cluster: Cluster, workload: str, experiment: str, runs: Path, log) -> subprocess.Popen:

@@ -263,8 +263,24 @@ class SamplerPool:
         self.router.replace(slot, self._spawn())
 
     async def ready(self) -> list[str | None]:
-        """Wait until every actor has loaded its model; returns their versions."""
-        return list(await asyncio.gather(*(s.handle.ready.remote() for s in self.router.slots)))
+        """Wait until every actor has loaded its model; returns their versions. An actor lost
+        meanwhile is replaced (up to max_request_retries times per slot)."""
+
+        async def one(slot: Slot) -> str | None:
+            for attempt in range(self.config.max_request_retries + 1):
+                handle, generation = slot.handle, slot.generation
+                try:
+                    version = await handle.ready.remote()
+                except Exception as e:
+                    if not is_infrastructure(e) or attempt == self.config.max_request_retries:
+                        raise
+                    self._replace(slot, generation)
+                    continue
+                slot.warm = slot.warm or slot.handle is handle
+                return version
+            raise AssertionError("unreachable")
+
+        return list(await asyncio.gather(*(one(s) for s in self.router.slots)))
 
     async def context_length(self) -> int | None:
         """The smallest context of the actors' models (None when no engine knows its own)."""

@@ -248,3 +248,17 @@ def test_a_caller_mistake_is_not_retried_as_an_infrastructure_failure(pool, mode
         pool.generate_sync(["map " * 1000], GREEDY)
     assert not is_infrastructure(info.value)
     assert [s.restarts for s in asyncio.run(pool.stats())] == before
+
+
+def test_an_actor_lost_while_the_pool_starts_is_replaced(ray_local, models):
+    """Found by the chaos run: a sampler actor killed before it had loaded its model failed
+    the job in pool.ready()."""
+    pool = SamplerPool(PoolConfig(num_actors=1, num_cpus_per_actor=0.5, engine_kwargs={"num_threads": 1}),
+                       checkpoint=models["trained"], version="v0")
+    try:
+        ray.kill(pool.router.slots[0].handle)  # as the memory monitor or a lost node would
+        assert asyncio.run(pool.ready()) == ["v0"]
+        assert pool.router.slots[0].restarts == 1
+        assert pool.generate_sync(PROMPTS[:2], GREEDY)[0][0].text == expected(PROMPTS[0])
+    finally:
+        pool.shutdown()
