@@ -83,14 +83,15 @@ class ExperimentRegistry:
             )
         if config_hash and existing.config_hash != config_hash:
             fields = changed_fields(existing.config, config)
-            if existing.config_hash and not allow_change:
+            # a record from before run identities has no hash: its stored config stands in for one
+            if (existing.config_hash or fields) and not allow_change:
                 raise ConfigChanged(
                     f"experiment {name!r} was run with another config (changed: {', '.join(fields) or 'unknown'}; "
-                    f"hash {existing.config_hash} -> {config_hash}); its archive and models belong to the old "
+                    f"hash {existing.config_hash or 'none recorded'} -> {config_hash}); its archive and models belong to the old "
                     "one. Resume with the same config, run under a new experiment name, or pass "
                     "--allow-config-change to continue this experiment with the new config (recorded)."
                 )
-            if existing.config_hash:
+            if existing.config_hash or fields:
                 existing.config_changes.append({"at": now, "from": existing.config_hash, "to": config_hash,
                                                 "fields": fields})
             existing.config, existing.config_hash, existing.updated = config, config_hash, now

@@ -261,3 +261,18 @@ def test_the_url_can_come_from_a_file_so_no_password_enters_a_job_record(redis_s
     url_file.write_text("")
     with pytest.raises(StoreUnavailable, match="RATCHET_REDIS_URL_FILE.*empty"):
         connect()
+
+
+def test_an_experiment_recorded_before_config_hashes_refuses_another_config(store, experiment_name):
+    """A record without a hash (written before run identities existed) is adopted only when its
+    stored config is the new one; another config refuses, as a hashed record does."""
+    from store.experiments import ConfigChanged
+
+    old = {"search": {"samples_per_task": 64}, "iterations": 2}
+    store.experiments.create(experiment_name, "soar", old)  # no config_hash: a legacy record
+    with pytest.raises(ConfigChanged, match="search.samples_per_task"):
+        store.experiments.create(experiment_name, "soar", {"search": {"samples_per_task": 40}, "iterations": 2},
+                                 exist_ok=True, config_hash="h-new")
+    assert store.experiments.get(experiment_name).config_hash == ""  # nothing adopted
+    adopted = store.experiments.create(experiment_name, "soar", old, exist_ok=True, config_hash="h-old")
+    assert adopted.config_hash == "h-old" and adopted.config_changes == []
