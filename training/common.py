@@ -52,7 +52,10 @@ class RatchetTrainFields:
                 "which is removed after training (common.tracking.training_args sets it)."})
     # TRL defaults changed for ratchet (this mixin comes first in the MRO, so these win):
     bf16: bool | None = field(default=None)  # None: bf16 on GPU, fp32 on CPU (TRL's True fails on CPU)
-    gradient_checkpointing: bool = field(default=False)  # small models: recompute costs more than it saves
+    # small models: recompute costs more than it saves (transformers 5 renamed the field; the old
+    # name stays None so its deprecation warning is not raised on every training)
+    activation_checkpointing: bool = field(default=False)
+    gradient_checkpointing: bool | None = field(default=None)
     report_to: Any = field(default="none")  # no trackers unless asked (a job's tracking.report_to)
     # intermediate checkpoints in the work dir, so a killed training resumes (the finished
     # model is still saved once, atomically, into output_dir)

@@ -64,3 +64,10 @@ def load_corpus(source: str, n: int, seed: int, kwargs: dict[str, Any] | None = 
     if bad is not None:
         raise ValueError(f"corpus {source!r} returned a row without prompt/completion: {sorted(bad)}")
     return rows
+
+
+def number_words(limit: int = 200) -> list[str]:
+    """"0" .. "199" as whole tokens (a seed's `words`): a number is then one token, so a small
+    model copies an operand in one step and an arithmetic step is a lookup of token pairs,
+    instead of aligning digits and carries character by character."""
+    return [str(i) for i in range(limit)]
