@@ -47,7 +47,9 @@ class Recipe:
 RECIPES: dict[str, Recipe] = {
     # SOAR demo: configs/soar-demo.yaml's model.seed, shipped so the demo does not build it
     "soar-demo-seed": Recipe(seed="evolution.seeds:demo_seed", evaluate="evolution.seeds:evaluate_demo_seed"),
-    "tpo-arith-seed": Recipe(seed="thinking.arith:demo_seed"),  # TPO demo: direct answers, rare noisy thoughts
+    "tpo-arith-seed": Recipe(seed="thinking.arith:demo_seed"),
+    # scaling demo: configs/scaling-demo.yaml's model (solves, verifies and compares arithmetic word problems)
+    "scaling-arith-seed": Recipe(seed="search.scaling.config:demo_seed"),  # TPO demo: direct answers, rare noisy thoughts
 }
 
 
@@ -69,11 +71,13 @@ def file_hashes(path: Path) -> dict[str, str]:
             for p in sorted(path.iterdir()) if p.is_file() and p.name != MANIFEST}
 
 
-def build(name: str, models_dir: Path = MODELS_DIR) -> dict[str, Any]:
-    """Train the recipe from scratch (no cache) and write models/<name> with its manifest."""
+def build(name: str, models_dir: Path = MODELS_DIR, cache_dir: str | None = None) -> dict[str, Any]:
+    """Train the recipe from scratch and write models/<name> with its manifest. `cache_dir`: a seed
+    cache (training.seed) where a build of exactly this recipe (same hash) may already be, e.g. from
+    trying the recipe out; it is reused instead of trained again, and a missing one is built there."""
     cfg = recipe_config(name)
     with tempfile.TemporaryDirectory(prefix="ratchet-seed-") as tmp:
-        result = build_seed_model(replace(cfg, cache_dir=tmp))
+        result = build_seed_model(replace(cfg, cache_dir=cache_dir or tmp))
         target = models_dir / name
         staging = models_dir / f".{name}.tmp"
         shutil.rmtree(staging, ignore_errors=True)
@@ -137,6 +141,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m training.embedded", description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["build", "check", "list"])
     parser.add_argument("names", nargs="*", help="recipes (default: all)")
+    parser.add_argument("--from-cache", default=None, metavar="DIR",
+                        help="build: reuse a seed cache's build of the same recipe hash instead of training again")
     args = parser.parse_args(argv)
     setup_logging()
     names = args.names or sorted(RECIPES)
@@ -145,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"{n}: {RECIPES[n].seed}")
     elif args.command == "build":
         for n in names:
-            m = build(n)
+            m = build(n, cache_dir=args.from_cache)
             log.info("models/%s: %s parameters, %s steps, loss %s, built in %ss%s", n, f"{m['parameters']:,}",
                      m["train"].get("steps"), m["train"].get("last_loss"), m["build_s"],
                      f", held-out {m['heldout']}" if "heldout" in m else "")
