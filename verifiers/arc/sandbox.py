@@ -217,7 +217,7 @@ class SandboxWorker:
         return self._recv(REPLY_GRACE_S)
 
     def _send_code(self, code: str) -> None:
-        # raw, not JSON: the worker keeps it in a buffer it wipes (zygote._INBUF)
+        # raw, not JSON: the worker keeps it in a buffer it wipes (wire.INBUF)
         self._send_body(b"R" + code.encode("utf-8", "surrogatepass"))
 
     def _recv_run(self, timeout_s: float) -> dict[str, Any]:

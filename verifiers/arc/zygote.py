@@ -7,20 +7,25 @@ it. This process holds only what a program may see (the task's input grids and t
 It imports numpy, a curated set of computation-only stdlib modules and the caller's
 allowed modules once, then for every program:
 
-    fork -> child: stdio to /dev/null, result pipe on fd 3, all other fds closed, rlimits,
-            chroot into an empty dir, drop to the worker's own uid (if root), import guard,
-            seccomp (see fence.py), seeded RNG,
+    fork (ahead of the program: the child waits fenced, see _Warm)
+         -> child: stdio to /dev/null, result pipe on fd 3, job pipe on fd 4, all other fds
+            closed, rlimits, chroot into an empty dir, drop to the worker's own uid (if
+            root), import guard, seccomp (see fence.py), seeded RNG; then it reads its job
+            (the task's inputs and the code) from fd 4 and closes it,
             exec the code, call transform() on a fresh copy of each input, write one line
             per input to fd 3, _exit
-         -> here: watch the child's CPU clock and wall clock against a cumulative per-input
-            budget, read at most max_result_bytes, SIGKILL through a pidfd, reap, reply
+         -> here: write the job, wipe the code, fork the next program's child, watch this
+            child's CPU clock (from the hand-off) and wall clock against a cumulative
+            per-input budget, read at most max_result_bytes, SIGKILL through a pidfd,
+            reap, reply
 
 Because every program gets its own copy-on-write child of a process that never runs
 program code, nothing a program does (monkeypatching numpy or builtins, leaking memory,
 closing fds) can reach a later program; and because code and outputs pass through this
-process only in buffers wiped after use (wire.py), no child finds an earlier program's
-code or results in the memory it inherits. Programs that name scipy run in a second
-zygote (``_Sub``), forked from this one before any program, that also holds scipy.ndimage.
+process only in buffers wiped after use and not mapped in children (wire.py), no child
+finds an earlier program's code or results in the memory it inherits. Programs that name
+scipy run in a second zygote (``_Sub``), forked from this one before any program, that
+also holds scipy.ndimage.
 The child's lines are untrusted: the parent decodes them strictly (sandbox.decode_run).
 Protocol with the parent: wire.py, on the fds that were stdin/stdout at start.
 """
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import builtins
 import ctypes
+import fcntl
 import gc
 import importlib
 import json
@@ -39,6 +45,7 @@ import signal
 import struct
 import sys
 import time
+from typing import NamedTuple
 
 import fence  # sibling modules: this file runs as a script, its directory is sys.path[0]
 import wire
@@ -64,6 +71,7 @@ NUMPY_PRELOAD = ("numpy", "numpy.linalg", "numpy.fft", "numpy.lib.stride_tricks"
 # the rest of scipy is not allowed (scipy itself only as the package that holds it).
 SCIPY_PRELOAD = ("scipy", "scipy.ndimage")
 RESULT_FD = 3
+CODE_FD = 4  # until the child has read its program
 MAX_FDS = 8
 EXIT_SETUP_FAILED = 71
 
@@ -84,14 +92,15 @@ def _import_allowed(name: str) -> bool:
     return any(name.startswith(m + ".") for m in _ALLOWED_PREFIXES)
 
 
-def _child_setup(result_w: int, devnull: int, limits: dict) -> None:
+def _child_setup(code_r: int, result_w: int, devnull: int, rlimits: tuple[int, int]) -> None:
+    # the pipes may sit on fds 0..4 (the scipy zygote's low fds are free): move them first
+    code_r, result_w = (fcntl.fcntl(fd, fcntl.F_DUPFD, CODE_FD + 1) for fd in (code_r, result_w))
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
-    if result_w != RESULT_FD:
-        os.dup2(result_w, RESULT_FD)
-    os.closerange(RESULT_FD + 1, 1 << 20)
-    fence.set_limits(address_space_bytes=limits["vm_base_bytes"] + limits["memory_bytes"],
-                     cpu_seconds=limits["cpu_backstop_s"], max_fds=MAX_FDS)
+    os.dup2(result_w, RESULT_FD)
+    os.dup2(code_r, CODE_FD)
+    os.closerange(CODE_FD + 1, 1 << 20)
+    fence.set_limits(address_space_bytes=rlimits[0], cpu_seconds=rlimits[1], max_fds=MAX_FDS)
     fence.enter_empty_root(_EMPTY_ROOT)
     fence.drop_privileges(_UID)
     fence.die_with_parent()  # after the uid change, which clears the parent-death signal
@@ -100,11 +109,33 @@ def _child_setup(result_w: int, devnull: int, limits: dict) -> None:
     _SECCOMP.load()
 
 
-def _child(code_len: int, inputs: list, result_w: int, devnull: int, limits: dict) -> None:
-    """Never returns. Every failure becomes a line or an exit code, never an exception."""
+def _read_job() -> tuple[list, str]:
+    """The task's inputs and the program's source from CODE_FD, to EOF (the worker closes
+    its end once written: see ``_handoff``); the fd is closed after, so the program sees
+    the fds children always had."""
+    chunks = []
+    while chunk := os.read(CODE_FD, 1 << 16):
+        chunks.append(chunk)
+    os.close(CODE_FD)
+    data = b"".join(chunks)
+    n = int.from_bytes(data[:4], "big")
+    grids = data[4:4 + n]
+    inputs = [[list(row.translate(_DIGIT_VALUES)) for row in g.split(b",")]
+              for g in grids.split(b";")] if grids else []
+    return inputs, data[4 + n:].decode("utf-8", "surrogatepass")
+
+
+_DIGIT_VALUES = bytes.maketrans(b"0123456789", bytes(range(10)))
+
+
+def _child(code_r: int, result_w: int, devnull: int, rlimits: tuple[int, int]) -> None:
+    """Never returns. Every failure becomes a line or an exit code, never an exception.
+
+    The child fences itself before its program exists (see ``_Warm``), then reads the
+    inputs and the code from its pipe."""
     try:
-        code = bytes(wire.INBUF[1:code_len]).decode("utf-8", "surrogatepass")  # 'R' + code
-        _child_setup(result_w, devnull, limits)
+        _child_setup(code_r, result_w, devnull, rlimits)
+        inputs, code = _read_job()
     except BaseException:
         os._exit(EXIT_SETUP_FAILED)
     write = os.write
@@ -142,27 +173,99 @@ def _cpu_seconds(pid: int, last: float) -> float:
         return last
 
 
-def run_program(code_len: int, inputs: list, budgets: list[float], limits: dict
+class _Warm(NamedTuple):
+    """A child forked before its program: it fences itself, then waits for its job (the
+    task's inputs and the program's code) on a pipe, so that fork and fencing overlap the
+    previous program's run instead of preceding each program. Still one fresh child per
+    program: a warm child is given one program, and it holds nothing of any other. It
+    serves any task whose rlimits (address space, CPU backstop) it was fenced with."""
+    pid: int
+    pidfd: int
+    job_w: int
+    result_r: int
+    rlimits: tuple[int, int]
+
+
+def _rlimits(limits: dict) -> tuple[int, int]:
+    return limits["vm_base_bytes"] + limits["memory_bytes"], limits["cpu_backstop_s"]
+
+
+def _spawn(rlimits: tuple[int, int]) -> _Warm:
+    """Fork a child. Called only while wire.INBUF and wire.OUTBUF hold no program's code or
+    output (and children do not even map them: wire.buffer)."""
+    job_r, job_w = os.pipe()
+    r, w = os.pipe()
+    pid = _fork()
+    if pid == 0:
+        _child(job_r, w, _DEVNULL, rlimits)
+    os.close(job_r)
+    os.close(w)
+    return _Warm(pid, os.pidfd_open(pid), job_w, r, rlimits)
+
+
+def _drop(warm: _Warm, *, kill: bool) -> None:
+    if kill:
+        signal.pidfd_send_signal(warm.pidfd, signal.SIGKILL)
+    os.close(warm.job_w)
+    os.close(warm.result_r)
+    _UNREAPED.append((warm.pid, warm.pidfd))
+
+
+def discard_warm() -> None:
+    """Kill the waiting child (reaped with the others): no child outlives a ping or EOF."""
+    global _WARM
+    if _WARM is not None:
+        _drop(_WARM, kill=True)
+        _WARM = None
+
+
+def _take_warm(rlimits: tuple[int, int]) -> _Warm:
+    """The waiting child, or a new one where none waits, it was fenced with other rlimits
+    (another task), or it died waiting (killed from outside: not this program's doing).
+    A child whose fencing fails fails again here, and its exit status says so."""
+    global _WARM
+    warm, _WARM = _WARM, None
+    if warm is not None and (warm.rlimits != rlimits
+                             or select.select([warm.pidfd], [], [], 0)[0]):
+        _drop(warm, kill=True)
+        warm = None
+    return warm if warm is not None else _spawn(rlimits)
+
+
+def _handoff(child: _Warm, grids: bytes, code_len: int) -> None:
+    """Write the job (4-byte length, the grids, the code from wire.INBUF) and close the pipe."""
+    try:
+        wire.write_all(child.job_w, memoryview(len(grids).to_bytes(4, "big") + grids))
+        with memoryview(wire.INBUF) as view:  # b"R" + code
+            wire.write_all(child.job_w, view[1:code_len])
+    except BrokenPipeError:  # it died before reading: its exit status says why
+        pass
+    os.close(child.job_w)
+
+
+def run_program(code_len: int, grids: bytes, budgets: list[float], limits: dict
                 ) -> tuple[dict, int]:
-    """Fork a child for the code in wire.INBUF, enforce the budgets; returns its fate and the
-    length of its output, which is in wire.OUTBUF (the caller sends it on and wipes it)."""
+    """Run the code in wire.INBUF on the task's input ``grids`` (encode_grids) in a fresh
+    child, enforce the budgets; returns its fate and the length of its output, which is in
+    wire.OUTBUF (the caller sends it on and wipes it). Forks the next program's child while
+    this one runs."""
+    global _WARM
     # cumulative CPU allowance once k inputs are done: setup + budgets[0..k]
     allow = [limits["setup_cpu_s"]]
     for b in budgets:
         allow.append(allow[-1] + b)
     _reap(block=False)
-    r, w = os.pipe()
-    pid = _fork()
-    if pid == 0:
-        os.close(r)
-        _child(code_len, inputs, w, _DEVNULL, limits)
+    rlimits = _rlimits(limits)
+    child = _take_warm(rlimits)
+    pid, pidfd, r = child.pid, child.pidfd, child.result_r
+    start = time.monotonic()
+    cpu0 = _cpu_seconds(pid, 0.0)  # its fencing (so far) is not the program's time
+    _handoff(child, grids, code_len)
     wire.wipe(wire.INBUF, code_len)
-    os.close(w)
-    pidfd = os.pidfd_open(pid)
+    _WARM = _spawn(rlimits)  # the next program's child, after the wipe
     poller = select.poll()
     poller.register(r, select.POLLIN)
     poller.register(pidfd, select.POLLIN)
-    start = time.monotonic()
     out = memoryview(wire.OUTBUF)
     size = 0
     lines, cpu, term, reading, timeout_kind = 0, 0.0, "exit", True, None
@@ -171,7 +274,7 @@ def run_program(code_len: int, inputs: list, budgets: list[float], limits: dict
         k = min(lines, len(budgets)) + 1 if budgets else 0
         cpu_allow = allow[min(k, len(allow) - 1)]
         wall_allow = cpu_allow * limits["wall_factor"] + limits["wall_slack_s"]
-        cpu = _cpu_seconds(pid, cpu)
+        cpu = _cpu_seconds(pid, cpu0 + cpu) - cpu0
         wall = time.monotonic() - start
         if cpu >= cpu_allow or wall >= wall_allow:
             term = "timeout"
@@ -274,6 +377,8 @@ class _Sub:
     (27 MB more warm heap, which every fork and exit would pay for), and runs the programs
     that mention scipy; this process relays their requests and replies."""
 
+    unmapped: tuple = ()  # in the scipy zygote: the worker's buffers, inherited unmapped
+
     def __init__(self) -> None:
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
@@ -283,7 +388,12 @@ class _Sub:
             try:
                 for fd in (_PROTO_IN, _PROTO_OUT, self.req_w, self.rep_r):
                     os.close(fd)
-                wire.OUTBUF = wire.buffer(wire.READ_CHUNK, inherit=False)  # ours: not inherited
+                # ours: the worker's two buffers are not mapped in its children. Their
+                # objects are kept, never freed: freeing one would munmap its address
+                # range, which a new mapping here may occupy.
+                _Sub.unmapped = (wire.INBUF, wire.OUTBUF)
+                wire.INBUF = wire.buffer(1 << 20, inherit=False)
+                wire.OUTBUF = wire.buffer(wire.READ_CHUNK, inherit=False)
                 fence.die_with_parent()
                 errors = _preload(list(SCIPY_PRELOAD))
                 gc.collect()
@@ -336,15 +446,25 @@ class _Sub:
         os.close(self.rep_r)
 
 
+def encode_grids(grids: list) -> bytes:
+    """A task's input grids (lists of digit strings) as the child reads them: rows joined
+    by ',', grids by ';'. Raises ValueError on anything but digits."""
+    rows = [row for g in grids for row in g]
+    if not all(type(row) is str and row.isascii() and row.isdigit() for row in rows):
+        raise ValueError("input grids: rows must be strings of digits")
+    return b";".join(b",".join(row.encode() for row in g) for g in grids)
+
+
 def serve(proto_in: int, proto_out: int, sub: _Sub | None) -> None:
     """Answer requests until EOF: task (inputs and limits), a program (b"R" + source), ping."""
-    inputs: list = []
+    grids = b""
     budgets: list[float] = []
     limits: dict = {}
     task: dict = {}
     while True:
         n = wire.read_request(proto_in)
         if n is None:
+            discard_warm()
             _reap(block=True)
             if sub is not None:
                 sub.close()
@@ -353,7 +473,7 @@ def serve(proto_in: int, proto_out: int, sub: _Sub | None) -> None:
             if sub is not None and wire.INBUF.find(b"scipy", 1, n) >= 0:
                 reply, size = sub.run(n, task)
             else:
-                reply, size = run_program(n, inputs, budgets, limits)
+                reply, size = run_program(n, grids, budgets, limits)
             wire.write_frame(proto_out, reply)
             with memoryview(wire.OUTBUF) as view:
                 wire.write_all(proto_out, view[:reply["out_len"]])
@@ -362,7 +482,7 @@ def serve(proto_in: int, proto_out: int, sub: _Sub | None) -> None:
         req = json.loads(bytes(wire.INBUF[:n]))
         if req["op"] == "task":
             task = req
-            inputs = [[[int(c) for c in row] for row in g] for g in req["inputs"]]
+            grids = encode_grids(req["inputs"])
             budgets = [float(b) for b in req["budgets"]]
             # the warm heap's size, measured here once per task rather than in each child
             limits = dict(req["limits"], vm_base_bytes=_vm_bytes())
@@ -373,6 +493,7 @@ def serve(proto_in: int, proto_out: int, sub: _Sub | None) -> None:
                 sub.task_sent = False
             wire.write_frame(proto_out, {"ok": True})
         elif req["op"] == "ping":  # health and leak check: our own fds and memory
+            discard_warm()  # no child of ours outlives a ping
             _reap(block=True)
             reply = {"ok": True, "fds": len(os.listdir("/proc/self/fd")), "rss_kb": _rss_kb()}
             if sub is not None:
@@ -420,6 +541,7 @@ def main() -> None:
 _DEVNULL = -1
 _PROTO_IN = _PROTO_OUT = -1
 _UNREAPED: list[tuple[int, int]] = []
+_WARM: _Warm | None = None
 _SECCOMP: fence.SeccompFilter
 _EMPTY_ROOT = ""
 _UID = -1
