@@ -42,7 +42,7 @@ def write_frame(fd: int, obj: dict) -> None:
 # never as Python objects, and are zeroed as soon as they are passed on: freed memory is
 # not erased, and every later child is a copy of this process's memory (a program read an
 # earlier program's comment with ctypes.string_at before this). Neither is even mapped in
-# a child: a child gets its code through a pipe of its own (zygote._spawn).
+# a child: a child gets its code through a pipe of its own (fork_runner._spawn).
 # Private anonymous mappings, not bytearrays: pages never written are not resident, so
 # they cost a fork nothing, and a wipe (MADV_DONTNEED) zeroes pages by dropping them.
 READ_CHUNK = 65536
