@@ -1,7 +1,7 @@
 """The trusted side of one program: its child, forked ahead; the hand-off; the watch.
 
 Stdlib only (imported by zygote.py, which runs as a script beside it). Each program runs
-in a fresh child forked from the worker (child.py). The child for the next program is
+in a fresh child forked from the worker (fenced_child.py). The child for the next program is
 forked while a program runs (``Warm``), fences itself and waits for its job, so that fork
 and fencing leave the critical path; the worker then watches the child's CPU clock and
 wall clock against the program's cumulative budget, reads at most max_result_bytes of its
@@ -51,8 +51,8 @@ def _rlimits(limits: dict) -> tuple[int, int]:
 
 
 def _spawn(rlimits: tuple[int, int]) -> Warm:
-    """Fork a child. Called only while wire.INBUF and wire.OUTBUF hold no program's code or
-    output (and children do not even map them: wire.buffer)."""
+    """Fork a child. It does not map wire.INBUF or wire.OUTBUF (wire.buffer), so whenever it
+    is forked it holds no program's code or output but, later, its own job's."""
     job_r, job_w = os.pipe()
     r, w = os.pipe()
     pid = _fork()
@@ -63,9 +63,9 @@ def _spawn(rlimits: tuple[int, int]) -> Warm:
     return Warm(pid, os.pidfd_open(pid), job_w, r, rlimits)
 
 
-def _drop(warm: Warm, *, kill: bool) -> None:
-    if kill:
-        signal.pidfd_send_signal(warm.pidfd, signal.SIGKILL)
+def _drop(warm: Warm) -> None:
+    """Kill it (a no-op if it died already) and leave it to ``reap``."""
+    signal.pidfd_send_signal(warm.pidfd, signal.SIGKILL)
     os.close(warm.job_w)
     os.close(warm.result_r)
     _UNREAPED.append((warm.pid, warm.pidfd))
@@ -75,7 +75,7 @@ def discard_warm() -> None:
     """Kill the waiting child (reaped with the others): no child outlives a ping or EOF."""
     global _WARM
     if _WARM is not None:
-        _drop(_WARM, kill=True)
+        _drop(_WARM)
         _WARM = None
 
 
@@ -87,7 +87,7 @@ def _take_warm(rlimits: tuple[int, int]) -> Warm:
     warm, _WARM = _WARM, None
     if warm is not None and (warm.rlimits != rlimits
                              or select.select([warm.pidfd], [], [], 0)[0]):
-        _drop(warm, kill=True)
+        _drop(warm)
         warm = None
     return warm if warm is not None else _spawn(rlimits)
 
