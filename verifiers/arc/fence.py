@@ -177,7 +177,15 @@ class SeccompFilter:
 
 
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)
+    """libc, loaded once here in the worker: a CDLL made in each child cost ~0.5 ms of CPU
+    and ~100 copy-on-write page faults per program (dlopen, new ctypes classes)."""
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = ctypes.CDLL(None, use_errno=True)
+    return _LIBC
+
+
+_LIBC: ctypes.CDLL | None = None
 
 
 def unshare_network() -> bool:

@@ -45,7 +45,7 @@ from verifiers.arc.results import MAX_MESSAGE, STATUSES, InputResult
 VERIFIER_VERSION = "arc-sandbox-2"  # bump when a change alters results: it keys the cache
 ZYGOTE = Path(__file__).with_name("zygote.py")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-EXIT_SETUP_FAILED = 71  # zygote.EXIT_SETUP_FAILED (zygote.py imports nothing of ours)
+EXIT_SETUP_FAILED = 71  # fenced_child.EXIT_SETUP_FAILED (the worker imports nothing of ours)
 START_TIMEOUT_S = 120.0  # importing numpy on a loaded machine can take seconds
 CLOSE_GRACE_S = 5.0  # for a worker to exit on its own when closed, before SIGKILL
 REPLY_GRACE_S = 10.0  # beyond a program's wall allowance before the worker is presumed hung
@@ -164,7 +164,7 @@ class SandboxWorker:
 
     def run(self, key: str, inputs: Sequence[Grid], limits: SandboxLimits,
             code: str) -> dict[str, Any]:
-        """Raw outcome of ``code`` on ``inputs`` (see zygote.run_program); raises WorkerLost."""
+        """Raw outcome of ``code`` on ``inputs`` (see fork_runner.run_program); raises WorkerLost."""
         self._load_task(key, inputs, limits)
         self._send_code(code)
         return self._recv_run(limits.max_wall_s(inputs) + REPLY_GRACE_S)
@@ -217,7 +217,7 @@ class SandboxWorker:
         return self._recv(REPLY_GRACE_S)
 
     def _send_code(self, code: str) -> None:
-        # raw, not JSON: the worker keeps it in a buffer it wipes (zygote._INBUF)
+        # raw, not JSON: the worker keeps it in a buffer it wipes (wire.INBUF)
         self._send_body(b"R" + code.encode("utf-8", "surrogatepass"))
 
     def _recv_run(self, timeout_s: float) -> dict[str, Any]:

@@ -41,7 +41,8 @@ def write_frame(fd: int, obj: dict) -> None:
 # Program code and program output pass through this process only in these two buffers,
 # never as Python objects, and are zeroed as soon as they are passed on: freed memory is
 # not erased, and every later child is a copy of this process's memory (a program read an
-# earlier program's comment with ctypes.string_at before this).
+# earlier program's comment with ctypes.string_at before this). Neither is even mapped in
+# a child: a child gets its code through a pipe of its own (fork_runner._spawn).
 # Private anonymous mappings, not bytearrays: pages never written are not resident, so
 # they cost a fork nothing, and a wipe (MADV_DONTNEED) zeroes pages by dropping them.
 READ_CHUNK = 65536
@@ -59,7 +60,7 @@ def wipe(buf: mmap.mmap, n: int) -> None:
         buf.madvise(mmap.MADV_DONTNEED, 0, n)  # private anonymous: reads as zeros after
 
 
-INBUF = buffer(1 << 20, inherit=True)  # one request frame (the child reads its code here)
+INBUF = buffer(1 << 20, inherit=False)  # one request frame
 OUTBUF = buffer(READ_CHUNK, inherit=False)  # a child's output, max_result_bytes + a read
 
 
@@ -73,7 +74,7 @@ def read_request(fd: int) -> int | None:
     if n > len(INBUF):
         wipe(INBUF, len(INBUF))
         INBUF.close()
-        INBUF = buffer(n, inherit=True)
+        INBUF = buffer(n, inherit=False)
     with memoryview(INBUF) as view:
         pos = 0
         while pos < n:

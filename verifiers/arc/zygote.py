@@ -7,42 +7,42 @@ it. This process holds only what a program may see (the task's input grids and t
 It imports numpy, a curated set of computation-only stdlib modules and the caller's
 allowed modules once, then for every program:
 
-    fork -> child: stdio to /dev/null, result pipe on fd 3, all other fds closed, rlimits,
-            chroot into an empty dir, drop to the worker's own uid (if root), import guard,
-            seccomp (see fence.py), seeded RNG,
+    fork (ahead of the program: the child waits fenced, see fork_runner.Warm)
+         -> child (fenced_child.py): stdio to /dev/null, result pipe on fd 3, job pipe on fd 4, all other fds
+            closed, rlimits, chroot into an empty dir, drop to the worker's own uid (if
+            root), import guard, seccomp (see fence.py), seeded RNG; then it reads its job
+            (the task's inputs and the code) from fd 4 and closes it,
             exec the code, call transform() on a fresh copy of each input, write one line
             per input to fd 3, _exit
-         -> here: watch the child's CPU clock and wall clock against a cumulative per-input
-            budget, read at most max_result_bytes, SIGKILL through a pidfd, reap, reply
+         -> here (fork_runner.py): write the job, wipe the code, fork the next program's child, watch this
+            child's CPU clock (from the hand-off) and wall clock against a cumulative
+            per-input budget, read at most max_result_bytes, SIGKILL through a pidfd,
+            reap, reply
 
 Because every program gets its own copy-on-write child of a process that never runs
 program code, nothing a program does (monkeypatching numpy or builtins, leaking memory,
 closing fds) can reach a later program; and because code and outputs pass through this
-process only in buffers wiped after use (wire.py), no child finds an earlier program's
-code or results in the memory it inherits. Programs that name scipy run in a second
-zygote (``_Sub``), forked from this one before any program, that also holds scipy.ndimage.
+process only in buffers wiped after use and not mapped in children (wire.py), no child
+finds an earlier program's code or results in the memory it inherits. Programs that name
+scipy run in a second zygote (``_Sub``), forked from this one before any program, that
+also holds scipy.ndimage.
 The child's lines are untrusted: the parent decodes them strictly (sandbox.decode_run).
 Protocol with the parent: wire.py, on the fds that were stdin/stdout at start.
 """
 
 from __future__ import annotations
 
-import builtins
-import ctypes
 import gc
 import importlib
 import json
 import os
-import random
-import select
-import signal
 import struct
 import sys
-import time
 
 import fence  # sibling modules: this file runs as a script, its directory is sys.path[0]
+import fenced_child
+import fork_runner
 import wire
-from encode import ForbiddenImport, encode_output, failure
 
 # Computation-only standard library modules a program may import (all preloaded, because
 # the child cannot open files). sys is here because flood-fill code raises the recursion
@@ -63,199 +63,11 @@ NUMPY_PRELOAD = ("numpy", "numpy.linalg", "numpy.fft", "numpy.lib.stride_tricks"
 # scipy.ndimage (label, binary_fill_holes, find_objects, ...) is common in ARC programs;
 # the rest of scipy is not allowed (scipy itself only as the package that holds it).
 SCIPY_PRELOAD = ("scipy", "scipy.ndimage")
-RESULT_FD = 3
-MAX_FDS = 8
-EXIT_SETUP_FAILED = 71
-
-
-# ---------------------------------------------------------------- the child (program side)
-
-def _guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
-    if level != 0 or not _import_allowed(name):
-        raise ForbiddenImport(f"import of {name!r} is not allowed in ARC programs")
-    return _real_import(name, globals, locals, fromlist, level)
-
-
-def _import_allowed(name: str) -> bool:
-    if name in _ALLOWED_EXACT or name.split(".", 1)[0] == "numpy":
-        return True
-    if name == "scipy" or name == "scipy.ndimage" or name.startswith("scipy.ndimage."):
-        return True
-    return any(name.startswith(m + ".") for m in _ALLOWED_PREFIXES)
-
-
-def _child_setup(result_w: int, devnull: int, limits: dict) -> None:
-    for fd in (0, 1, 2):
-        os.dup2(devnull, fd)
-    if result_w != RESULT_FD:
-        os.dup2(result_w, RESULT_FD)
-    os.closerange(RESULT_FD + 1, 1 << 20)
-    fence.set_limits(address_space_bytes=limits["vm_base_bytes"] + limits["memory_bytes"],
-                     cpu_seconds=limits["cpu_backstop_s"], max_fds=MAX_FDS)
-    fence.enter_empty_root(_EMPTY_ROOT)
-    fence.drop_privileges(_UID)
-    fence.die_with_parent()  # after the uid change, which clears the parent-death signal
-    random.seed(0)  # the same state for every program, whatever ran here before
-    builtins.__import__ = _guarded_import
-    _SECCOMP.load()
-
-
-def _child(code_len: int, inputs: list, result_w: int, devnull: int, limits: dict) -> None:
-    """Never returns. Every failure becomes a line or an exit code, never an exception."""
-    try:
-        code = bytes(wire.INBUF[1:code_len]).decode("utf-8", "surrogatepass")  # 'R' + code
-        _child_setup(result_w, devnull, limits)
-    except BaseException:
-        os._exit(EXIT_SETUP_FAILED)
-    write = os.write
-    try:
-        namespace = {"__name__": "arc_program", "__builtins__": builtins}
-        exec(compile(code, "<program>", "exec"), namespace)
-        transform = namespace.get("transform")
-        if not callable(transform):
-            raise NameError("the program defines no callable transform(grid)")
-    except BaseException as e:
-        line = failure(e).encode()
-        for _ in inputs:
-            write(RESULT_FD, line)
-        os._exit(0)
-    for grid in inputs:
-        try:
-            line = encode_output(transform([list(row) for row in grid]))
-        except BaseException as e:
-            line = failure(e)
-        write(RESULT_FD, line.encode())
-    os._exit(0)
-
-
-# ---------------------------------------------------------------- the server (trusted side)
-
-def _vm_bytes() -> int:
-    with open("/proc/self/statm", "rb") as f:
-        return int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def _cpu_seconds(pid: int, last: float) -> float:
-    try:  # the CPU-time clock of another process: ((~pid) << 3) | CPUCLOCK_SCHED
-        return time.clock_gettime((~pid << 3) | 2)
-    except OSError:  # already exited
-        return last
-
-
-def run_program(code_len: int, inputs: list, budgets: list[float], limits: dict
-                ) -> tuple[dict, int]:
-    """Fork a child for the code in wire.INBUF, enforce the budgets; returns its fate and the
-    length of its output, which is in wire.OUTBUF (the caller sends it on and wipes it)."""
-    # cumulative CPU allowance once k inputs are done: setup + budgets[0..k]
-    allow = [limits["setup_cpu_s"]]
-    for b in budgets:
-        allow.append(allow[-1] + b)
-    _reap(block=False)
-    r, w = os.pipe()
-    pid = _fork()
-    if pid == 0:
-        os.close(r)
-        _child(code_len, inputs, w, _DEVNULL, limits)
-    wire.wipe(wire.INBUF, code_len)
-    os.close(w)
-    pidfd = os.pidfd_open(pid)
-    poller = select.poll()
-    poller.register(r, select.POLLIN)
-    poller.register(pidfd, select.POLLIN)
-    start = time.monotonic()
-    out = memoryview(wire.OUTBUF)
-    size = 0
-    lines, cpu, term, reading, timeout_kind = 0, 0.0, "exit", True, None
-    cap = limits["max_result_bytes"]
-    while True:
-        k = min(lines, len(budgets)) + 1 if budgets else 0
-        cpu_allow = allow[min(k, len(allow) - 1)]
-        wall_allow = cpu_allow * limits["wall_factor"] + limits["wall_slack_s"]
-        cpu = _cpu_seconds(pid, cpu)
-        wall = time.monotonic() - start
-        if cpu >= cpu_allow or wall >= wall_allow:
-            term = "timeout"
-            timeout_kind = "cpu" if cpu >= cpu_allow else "wall"
-            break
-        wait_ms = max(1, int(1000 * min(cpu_allow - cpu, wall_allow - wall)) + 1)
-        exited = False
-        for fd, _ in poller.poll(wait_ms):
-            if fd == pidfd:
-                exited = True
-            elif reading:
-                k = os.readv(r, [out[size:size + wire.READ_CHUNK]])
-                if not k:
-                    reading = False
-                    poller.unregister(r)
-                lines += _count_lines(size, size + k, len(budgets) - lines)
-                size += k
-        if size > cap:
-            term = "overflow"
-            break
-        if lines >= len(budgets) and not exited:
-            term = "done"  # every input answered: the rest is exit teardown (or mischief)
-            break
-        if exited:
-            while reading and size <= cap:  # the only writer is gone: read to EOF
-                k = os.readv(r, [out[size:size + wire.READ_CHUNK]])
-                reading = k > 0
-                size += k
-            if size > cap:
-                term = "overflow"
-            break
-    exit_code = None
-    if term == "exit":
-        exit_code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-        os.close(pidfd)
-    else:  # killed now, reaped before the next fork: its teardown overlaps our reply
-        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        _UNREAPED.append((pid, pidfd))
-    os.close(r)
-    out.release()
-    return {
-        "term": "exit" if term == "done" else term,
-        "timeout_kind": timeout_kind,
-        "exit_code": exit_code,
-        "out_len": min(size, cap),  # that many bytes follow the reply frame
-        "cpu_s": round(cpu, 6),
-        "wall_s": round(time.monotonic() - start, 6),
-    }, size
-
-
-def _fork() -> int:
-    """fork(2) without CPython's after-fork work in the child (thread-state and lock
-    re-initialisation, at-fork hooks: 0.7 ms and ~180 page copies per child), which this
-    single-threaded process does not need: the child only fences itself and runs one
-    program. ctypes drops the GIL around the call, so the child finds it free."""
-    pid = _LIBC.fork()
-    if pid < 0:
-        raise OSError(ctypes.get_errno(), "fork failed")
-    return pid
-
-
-def _count_lines(start: int, end: int, most: int) -> int:
-    """Newlines in wire.OUTBUF[start:end], counting at most ``most`` (no copy of the data)."""
-    n = 0
-    while n < most:
-        start = wire.OUTBUF.find(b"\n", start, end) + 1
-        if not start:
-            break
-        n += 1
-    return n
 
 
 def _rss_kb() -> int:
     with open("/proc/self/statm", "rb") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-def _reap(block: bool) -> None:
-    """Collect killed children; non-blocking between programs, so that a child's exit
-    teardown overlaps the next fork, blocking (all of them) on ping and at the end."""
-    for pid, pidfd in list(_UNREAPED):
-        if os.waitpid(pid, 0 if block else os.WNOHANG)[0] == pid:
-            os.close(pidfd)
-            _UNREAPED.remove((pid, pidfd))
 
 
 def _preload(names: list[str]) -> dict[str, str]:
@@ -274,6 +86,8 @@ class _Sub:
     (27 MB more warm heap, which every fork and exit would pay for), and runs the programs
     that mention scipy; this process relays their requests and replies."""
 
+    unmapped: tuple = ()  # in the scipy zygote: the worker's buffers, inherited unmapped
+
     def __init__(self) -> None:
         req_r, self.req_w = os.pipe()
         self.rep_r, rep_w = os.pipe()
@@ -283,7 +97,12 @@ class _Sub:
             try:
                 for fd in (_PROTO_IN, _PROTO_OUT, self.req_w, self.rep_r):
                     os.close(fd)
-                wire.OUTBUF = wire.buffer(wire.READ_CHUNK, inherit=False)  # ours: not inherited
+                # ours: the worker's two buffers are not mapped in its children. Their
+                # objects are kept, never freed: freeing one would munmap its address
+                # range, which a new mapping here may occupy.
+                _Sub.unmapped = (wire.INBUF, wire.OUTBUF)
+                wire.INBUF = wire.buffer(1 << 20, inherit=False)
+                wire.OUTBUF = wire.buffer(wire.READ_CHUNK, inherit=False)
                 fence.die_with_parent()
                 errors = _preload(list(SCIPY_PRELOAD))
                 gc.collect()
@@ -338,14 +157,15 @@ class _Sub:
 
 def serve(proto_in: int, proto_out: int, sub: _Sub | None) -> None:
     """Answer requests until EOF: task (inputs and limits), a program (b"R" + source), ping."""
-    inputs: list = []
+    grids = b""
     budgets: list[float] = []
     limits: dict = {}
     task: dict = {}
     while True:
         n = wire.read_request(proto_in)
         if n is None:
-            _reap(block=True)
+            fork_runner.discard_warm()
+            fork_runner.reap(block=True)
             if sub is not None:
                 sub.close()
             return
@@ -353,7 +173,7 @@ def serve(proto_in: int, proto_out: int, sub: _Sub | None) -> None:
             if sub is not None and wire.INBUF.find(b"scipy", 1, n) >= 0:
                 reply, size = sub.run(n, task)
             else:
-                reply, size = run_program(n, inputs, budgets, limits)
+                reply, size = fork_runner.run_program(n, grids, budgets, limits)
             wire.write_frame(proto_out, reply)
             with memoryview(wire.OUTBUF) as view:
                 wire.write_all(proto_out, view[:reply["out_len"]])
@@ -362,10 +182,10 @@ def serve(proto_in: int, proto_out: int, sub: _Sub | None) -> None:
         req = json.loads(bytes(wire.INBUF[:n]))
         if req["op"] == "task":
             task = req
-            inputs = [[[int(c) for c in row] for row in g] for g in req["inputs"]]
+            grids = fork_runner.encode_grids(req["inputs"])
             budgets = [float(b) for b in req["budgets"]]
             # the warm heap's size, measured here once per task rather than in each child
-            limits = dict(req["limits"], vm_base_bytes=_vm_bytes())
+            limits = dict(req["limits"], vm_base_bytes=fork_runner.vm_bytes())
             if len(wire.OUTBUF) != limits["max_result_bytes"] + wire.READ_CHUNK:
                 wire.OUTBUF.close()
                 wire.OUTBUF = wire.buffer(limits["max_result_bytes"] + wire.READ_CHUNK, inherit=False)
@@ -373,7 +193,8 @@ def serve(proto_in: int, proto_out: int, sub: _Sub | None) -> None:
                 sub.task_sent = False
             wire.write_frame(proto_out, {"ok": True})
         elif req["op"] == "ping":  # health and leak check: our own fds and memory
-            _reap(block=True)
+            fork_runner.discard_warm()  # no child of ours outlives a ping
+            fork_runner.reap(block=True)
             reply = {"ok": True, "fds": len(os.listdir("/proc/self/fd")), "rss_kb": _rss_kb()}
             if sub is not None:
                 reply["scipy_zygote"] = dict(sub.ask(req), pid=sub.pid)
@@ -383,12 +204,11 @@ def serve(proto_in: int, proto_out: int, sub: _Sub | None) -> None:
 
 
 def main() -> None:
-    global _DEVNULL, _SECCOMP, _ALLOWED_EXACT, _ALLOWED_PREFIXES, _EMPTY_ROOT, _UID
     global _PROTO_IN, _PROTO_OUT
     _PROTO_IN, _PROTO_OUT = os.dup(0), os.dup(1)
-    _DEVNULL = os.open(os.devnull, os.O_RDWR)
-    os.dup2(_DEVNULL, 0)
-    os.dup2(_DEVNULL, 1)  # a stray print() in an imported module must not corrupt frames
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)  # a stray print() in an imported module must not corrupt frames
     # No PR_SET_PDEATHSIG here: it fires when the *thread* that started us exits, and the
     # verifier starts workers from short-lived threads. EOF on stdin ends us instead.
     config = wire.read_frame(_PROTO_IN)
@@ -397,12 +217,12 @@ def main() -> None:
     allowed = list(config.get("allowed_modules", []))
     errors = _preload(list(STDLIB_ALLOWED) + list(NUMPY_PRELOAD) + allowed)
     sys.path[:] = [p for p in sys.path if p != os.path.dirname(os.path.abspath(__file__))]
-    _ALLOWED_EXACT = frozenset(STDLIB_ALLOWED) | frozenset(allowed)
-    _ALLOWED_PREFIXES = tuple(n for n in STDLIB_ALLOWED + tuple(allowed) if n != "sys")
-    _SECCOMP = fence.SeccompFilter()
-    _EMPTY_ROOT = os.path.abspath("empty-root")  # cwd is the worker's private scratch dir
-    os.mkdir(_EMPTY_ROOT, 0o555)
-    _UID = fence.worker_uid(os.getpid())
+    empty_root = os.path.abspath("empty-root")  # cwd is the worker's private scratch dir
+    os.mkdir(empty_root, 0o555)
+    uid = fence.worker_uid(os.getpid())
+    fenced_child.configure(seccomp=fence.SeccompFilter(), empty_root=empty_root, uid=uid,
+                    devnull=devnull, allowed_exact=frozenset(STDLIB_ALLOWED) | frozenset(allowed),
+                    allowed_prefixes=tuple(n for n in STDLIB_ALLOWED + tuple(allowed) if n != "sys"))
     netns = fence.unshare_network() if os.geteuid() == 0 else False
     gc.collect()
     gc.freeze()  # children then leave the warm heap's pages shared (no gc writes to them)
@@ -412,21 +232,12 @@ def main() -> None:
     sub = _Sub()
     errors.update(sub.ready())
     wire.write_frame(_PROTO_OUT, {"ready": True, "pid": os.getpid(), "errors": errors,
-                             "netns": netns, "root": os.geteuid() == 0, "uid": _UID,
+                             "netns": netns, "root": os.geteuid() == 0, "uid": uid,
                              "scipy_zygote": sub.pid, "pidns": pidns})
     serve(_PROTO_IN, _PROTO_OUT, sub)
 
 
-_DEVNULL = -1
 _PROTO_IN = _PROTO_OUT = -1
-_UNREAPED: list[tuple[int, int]] = []
-_SECCOMP: fence.SeccompFilter
-_EMPTY_ROOT = ""
-_UID = -1
-_ALLOWED_EXACT: frozenset[str] = frozenset()
-_ALLOWED_PREFIXES: tuple[str, ...] = ()
-_real_import = builtins.__import__
-_LIBC = ctypes.CDLL(None, use_errno=True)
 
 if __name__ == "__main__":
     main()
