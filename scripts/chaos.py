@@ -186,10 +186,12 @@ def run_chaos(cluster: Cluster, workload: str, runs: Path, log, total: int, rng:
             if pid is None or job.poll() is not None:
                 why = "the run had finished" if job.poll() is not None else f"no such process within {FIND_WAIT_S} s"
                 kills.append(kill | {"made": False, "why": why})
+                print(json.dumps({workload: kills[-1]}), flush=True)
                 continue
             kill["what"] = cluster.describe(point, pid)
             cluster.kill(point, pid)
             kills.append(kill | {"made": True})
+            print(json.dumps({workload: kills[-1]}), flush=True)  # as it happens: a long run shows its kills
             if point == "driver":
                 break
         rc = job.wait()
