@@ -106,7 +106,7 @@ test-all: setup
 # Kill the driver, a sampler actor, a verifier actor, a sandbox worker and redis-server at random
 # points of a small soar and scaling run, restart, compare with an uninterrupted run (minutes).
 chaos: setup
-	$(PY) scripts/chaos.py --workloads soar scaling
+	$(PY) scripts/chaos.py --workloads soar scaling tpo
 
 bench: setup
 	$(PY) -m benchmarks

@@ -1,18 +1,21 @@
 """Chaos run: kill the driver, a sampler actor, a verifier actor, a sandbox worker and
-redis-server at random points of a small job, restart, and compare with an uninterrupted run.
+redis-server at chosen points of a small job, restart, and compare with an uninterrupted run.
 
-    python scripts/chaos.py                          # make chaos: soar and scaling, seed 0
-    python scripts/chaos.py --workloads scaling --seed 3
+    python scripts/chaos.py                          # make chaos: soar, scaling and tpo, seed 0
+    python scripts/chaos.py --workloads tpo --seed 3
 
 Everything runs on a redis-server of the script's own, and each driver starts its local Ray
 under a temp dir of the script's (RAY_TMPDIR): only those processes are ever signalled, and
-a killed driver's Ray goes with it, as it does for a user running the job on one machine. Per workload, a reference run goes through uninterrupted
-(experiment `<workload>-ref`); then the chaos run (`<workload>-chaos`) is started, and at a
-random moment within the reference's wall time one kill point is hit (each point once, in
-random order); a driver that ended (killed, or failed on the fault) is started again, as a
-user would, until it finishes. Then the final archives and registries are compared: counts
-per task (distinct programs, samples drawn: a duplicate would show there), the sets of
-programs, budgets, published versions. Prints one JSON report; exit status 1 on a mismatch.
+a killed driver's Ray goes with it, as it does for a user running the job on one machine.
+Per workload, a reference run goes through uninterrupted (experiment `<workload>-ref`) and
+its final progress count is read (scripts/chaos_jobs.py: samples drawn, rows stored); then
+the chaos run (`<workload>-chaos`) is started, and each kill point (in random order) is hit
+once the chaos run's own count reaches a random share (5-85%) of the reference's: kills land
+while the job works, at a moment the seed fixes, however fast the machine is. A driver that
+ended (killed, or failed on the fault) is started again, as a user would, until it finishes.
+Then the final state is compared (chaos_jobs.snapshot): counts per task or phase (a
+duplicate would show there), program sets, budgets, pairs, published versions, statuses.
+Prints one JSON report; exit status 1 on a mismatch.
 """
 
 from __future__ import annotations
@@ -33,26 +36,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
 
-from store import Store, keys  # noqa: E402
+from chaos_jobs import JOBS, POINTS, compare, progress, snapshot, summary  # noqa: E402
+
+from store import Store  # noqa: E402
 from store.server import ensure_local_server, stop_local_server  # noqa: E402
 
-SOAR_TASKS = ["3c9b0459", "6150a2bd"]
-JOBS = {  # workload -> (module, config, overrides for a small run)
-    "soar": ("ray_jobs.soar", "configs/soar-demo.yaml", [
-        f"tasks.ids=[{','.join(SOAR_TASKS)}]", "tasks.heldout_ids=[]", "iterations=2",
-        "search.samples_per_task=16", "search.refinements_per_task=8", "search.batch=4",
-        "search.stop_after_correct=99", "search.tasks_in_flight=2", "sampler.prompts_per_request=4",
-        "learn.max_steps=6", "learn.batch_size=4", "controls.measure_models=false",
-        "controls.random_prior=false", "controls.seed_only=false", "curve_budgets=[1,8,24]", "render_tasks=0",
-        "filters.refine_ignores=[error,invalid_grid]"]),
-    "scaling": ("ray_jobs.scaling", "configs/scaling-demo.yaml", [
-        "model=models/tpo-arith-seed", "questions=8", "k_inf=4", "k_verif=2", "k_tie=2", "batch_questions=2",
-        "benchmark_triples=4", "curves.seeds=2", "curves.bootstrap=20", "num_actors=1", "max_tokens=16",
-        "verify_max_tokens=16"]),
-}
-POINTS = {"soar": ["driver", "sampler", "verifier", "sandbox", "redis"],
-          "scaling": ["driver", "sampler", "redis"]}
+SHARES = (0.05, 0.85)  # a kill point is hit at this share of the reference's final progress count
+POLL_S = 0.2  # how often the chaos run's progress is read
 FIND_WAIT_S = 60  # how long a kill point's process is looked for before the kill counts as not made
 LEASE_TTL_S = 10  # short, so a killed driver's lease frees soon; a restart waits it out
 ACTOR_TITLES = {"sampler": "ray::SamplerWorker", "verifier": "ray::ArcVerifierActorImpl"}
@@ -108,9 +100,14 @@ class Cluster:
         if point in ACTOR_TITLES:
             title = ACTOR_TITLES[point].encode()
             hits = [p for p in _pids() if _cmdline(p).startswith(title) and _descends(p, roots)]
-        else:  # sandbox: a verifier actor's zygote
+        else:  # sandbox: a verifier actor's zygote or one of its forked children (same cmdline)
             hits = [p for p in _pids() if b"zygote.py" in _cmdline(p) and _descends(p, roots)]
         return random.choice(hits) if hits else None
+
+    def describe(self, point: str, pid: int) -> str:
+        if point == "sandbox":
+            return "sandbox child" if b"zygote.py" in _cmdline(_ppid(pid)) else "sandbox zygote"
+        return point
 
     def kill(self, point: str, pid: int) -> None:
         if point == "redis":  # SIGKILL, then the supervisor's part: start it again (same socket, password)
@@ -141,43 +138,60 @@ def start_job(cluster: Cluster, workload: str, experiment: str, runs: Path, log)
     return subprocess.Popen(argv, cwd=ROOT, env=cluster.env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def run_reference(cluster: Cluster, workload: str, runs: Path, log) -> float:
+def run_reference(cluster: Cluster, workload: str, runs: Path, log) -> tuple[float, int]:
+    """The uninterrupted run: its wall time and final progress count."""
     started = time.monotonic()
     rc = start_job(cluster, workload, f"{workload}-ref", runs, log).wait()
     cluster.reap_ray()
     if rc != 0:
         raise SystemExit(f"the uninterrupted {workload} run failed (exit {rc}); see {log.name}")
-    return time.monotonic() - started
+    return time.monotonic() - started, progress(Store.connect(cluster.redis.url), workload, f"{workload}-ref")
 
 
-def run_chaos(cluster: Cluster, workload: str, runs: Path, log, ref_s: float, rng: random.Random) -> dict:
-    """Start the job; hit the pending kill points at random moments of this start (sorted, within
-    the reference's wall time); a driver that ended is started again until the job finishes."""
-    pending = POINTS[workload][:]
-    rng.shuffle(pending)
+def _progress(cluster: Cluster, workload: str, experiment: str) -> int:
+    try:  # a fresh client: redis-server may have just been killed and started again
+        return progress(Store.connect(cluster.redis.url), workload, experiment)
+    except Exception:  # restarting: no progress seen this time
+        return -1
+
+
+def run_chaos(cluster: Cluster, workload: str, runs: Path, log, total: int, rng: random.Random) -> dict:
+    """Start the job; hit each kill point once its progress count reaches the point's share of
+    the reference's `total` (shares drawn by `rng`, sorted); a driver that ended is started
+    again until the job finishes."""
+    experiment = f"{workload}-chaos"
+    points = POINTS[workload][:]
+    rng.shuffle(points)
+    pending = list(zip(points, sorted(max(1, int(rng.uniform(*SHARES) * total)) for _ in points), strict=True))
     kills: list[dict[str, Any]] = []
     starts = 0
     while True:
-        job = start_job(cluster, workload, f"{workload}-chaos", runs, log)
+        job = start_job(cluster, workload, experiment, runs, log)
         starts += 1
         t0 = time.monotonic()
-        for point, at in zip(list(pending), sorted(rng.uniform(0.05, 0.6) * ref_s for _ in pending), strict=True):
-            while job.poll() is None and time.monotonic() < t0 + at:
-                time.sleep(0.2)
-            if job.poll() is not None:
-                break
-            pending.remove(point)
+        while pending and job.poll() is None:
+            point, at = pending[0]
+            seen = _progress(cluster, workload, experiment)
+            if seen < at:
+                time.sleep(POLL_S)  # polling a count the job writes: the moment is chosen by progress
+                continue
+            pending.pop(0)
             pid = job.pid if point == "driver" else cluster.find(point)
             looked = time.monotonic()
             while pid is None and job.poll() is None and time.monotonic() < looked + FIND_WAIT_S:
                 time.sleep(0.5)  # not started yet (a replacement, the first chunk's sandbox): look again
                 pid = cluster.find(point)
-            kill = {"point": point, "start": starts, "at_s": round(time.monotonic() - t0, 1)}
-            if pid is None:
-                kills.append(kill | {"made": False, "why": f"no such process within {FIND_WAIT_S} s"})
+            kill = {"point": point, "at_progress": at, "seen_progress": seen, "of": total, "start": starts,
+                    "at_s": round(time.monotonic() - t0, 1)}
+            if pid is None or job.poll() is not None:
+                why = "the run had finished" if job.poll() is not None else f"no such process within {FIND_WAIT_S} s"
+                kills.append(kill | {"made": False, "why": why})
+                print(json.dumps({workload: kills[-1]}), flush=True)
                 continue
+            kill["what"] = cluster.describe(point, pid)
             cluster.kill(point, pid)
             kills.append(kill | {"made": True})
+            print(json.dumps({workload: kills[-1]}), flush=True)  # as it happens: a long run shows its kills
             if point == "driver":
                 break
         rc = job.wait()
@@ -185,47 +199,16 @@ def run_chaos(cluster: Cluster, workload: str, runs: Path, log, ref_s: float, rn
         if kills:
             kills[-1].setdefault("driver_exit", rc)
         if rc == 0:
-            kills += [{"point": p, "made": False, "why": "the run had finished"} for p in pending]
+            kills += [{"point": p, "at_progress": at, "made": False, "why": "the run had finished"} for p, at in pending]
             return {"kills": kills, "driver_starts": starts}
         if starts > 2 * len(POINTS[workload]) + 2:
             raise SystemExit(f"the chaos {workload} run did not finish after {starts} starts; see {log.name}")
         time.sleep(LEASE_TTL_S + 1)  # a killed or failed driver: wait out its lease as a user would
 
 
-def snapshot(store: Store, workload: str, experiment: str) -> dict[str, Any]:
-    """What the comparison looks at: per-task counts, program sets, budgets, versions."""
-    c = store.client
-    if workload == "soar":
-        archive = store.archive(experiment)
-        tasks = sorted(archive.counts())
-        return {
-            "counts": archive.counts(),
-            "programs": {t: sorted(r["code_hash"] for r in archive.get_task(t, with_code=False)) for t in tasks},
-            "budgets": {k.decode(): int(v) for k, v in sorted(c.hgetall(keys.exp(experiment, "counters")).items())
-                        if b":sampled:" in k or b":refined:" in k},
-            "versions": [(m.version, m.note) for m in store.models(experiment).list()],
-            "status": store.experiments.get(experiment).status,
-        }
-    phases = {p: {k.decode(): json.loads(v) for k, v in c.hgetall(keys.scaling(experiment, p)).items()}
-              for p in ("candidates", "verdicts", "comparisons")}
-    return {
-        "counts": {p: len(v) for p, v in phases.items()},
-        "per_question": {q: [len(v["texts"]), sum(map(len, phases["verdicts"].get(q, [])))]
-                         for q, v in sorted(phases["candidates"].items())},
-        "samples": phases,
-        "status": store.experiments.get(experiment).status,
-    }
-
-
-def compare(ref: dict[str, Any], chaos: dict[str, Any]) -> dict[str, bool]:
-    checks = {k: ref[k] == chaos[k] for k in ref if k != "status"}
-    checks["done"] = ref["status"] == chaos["status"] == "done"
-    return checks
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", default=["soar", "scaling"], choices=sorted(JOBS))
+    parser.add_argument("--workloads", nargs="+", default=list(JOBS), choices=sorted(JOBS))
     parser.add_argument("--seed", type=int, default=0, help="chooses the kill order and moments")
     parser.add_argument("--out", default="runs/chaos", help="run dirs, job logs and chaos.json")
     args = parser.parse_args(argv)
@@ -237,14 +220,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for workload in args.workloads:
             with open(out / f"{workload}.log", "w") as log:
-                ref_s = run_reference(cluster, workload, out, log)
-                outcome = run_chaos(cluster, workload, out, log, ref_s, rng)
+                ref_s, total = run_reference(cluster, workload, out, log)
+                started = time.monotonic()
+                outcome = run_chaos(cluster, workload, out, log, total, rng)
+                chaos_s = time.monotonic() - started
             store = Store.connect(cluster.redis.url)
-            ref, chaos = snapshot(store, workload, f"{workload}-ref"), snapshot(store, workload, f"{workload}-chaos")
-            checks = compare(ref, chaos)
-            summary = {k: v for k, v in ref.items() if k in ("counts", "budgets", "versions")}
-            report[workload] = {"reference_s": round(ref_s, 1), **outcome, "checks": checks, "reference": summary,
-                                "chaos": {k: v for k, v in chaos.items() if k in summary}}
+            ref = snapshot(store, workload, f"{workload}-ref", out)
+            chaos = snapshot(store, workload, f"{workload}-chaos", out)
+            report[workload] = {"reference_s": round(ref_s, 1), "chaos_s": round(chaos_s, 1), "progress": total,
+                                **outcome, "checks": compare(ref, chaos), "reference": summary(ref),
+                                "chaos": summary(chaos)}
             print(json.dumps({workload: report[workload]}, indent=1, default=str), flush=True)
     finally:
         cluster.close()

@@ -38,38 +38,14 @@ from common.faults import (
 )
 from common.logs import protect
 from common.sampling import Completion, Prompt, SamplingParams, check_counts
-from search.engines import engine_class, make_engine
+from common.secrets import resolve_secret_refs
+from search.engines import make_engine
+from search.pool_config import PoolConfig
 from store import Store
 from store.models import verify_files
 
 # Threads an actor keeps beyond its generate slots, so stats() and load() answer while it works.
 CONTROL_THREADS = 2
-
-
-@dataclass
-class PoolConfig:
-    engine: str = "transformers"  # a name in search.engines.ENGINES
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the engine (not the checkpoint)
-    num_actors: int = 1
-    max_inflight_per_actor: int = 2  # requests sent to one actor before callers wait
-    prompts_per_request: int = 8  # generate()/stream() split prompt lists into requests of this size
-    num_cpus_per_actor: float = 1.0
-    num_gpus_per_actor: float | None = None  # None: 1 when the cluster has GPUs, else 0
-    max_request_retries: int = 3  # times a request is retried after its actor failed (each try on a fresh or other actor)
-    request_timeout_s: float | None = 600.0  # a request's deadline: its actor is then taken for hung and replaced
-    experiment: str | None = None  # model registry used by load(version)
-
-    def __post_init__(self):
-        engine_class(self.engine)  # raises on an unknown name, listing the known ones
-        for name in ("num_actors", "max_inflight_per_actor", "prompts_per_request"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"PoolConfig.{name}={getattr(self, name)} must be >= 1")
-        if self.max_request_retries < 0:
-            raise ValueError(f"PoolConfig.max_request_retries={self.max_request_retries} must be >= 0")
-        if self.request_timeout_s is not None and self.request_timeout_s <= 0:
-            raise ValueError(f"PoolConfig.request_timeout_s={self.request_timeout_s} must be > 0 (or null: no deadline)")
-        if "checkpoint" in self.engine_kwargs:
-            raise ValueError("PoolConfig.engine_kwargs must not hold 'checkpoint': pass it to SamplerPool(checkpoint=...)")
 
 
 @dataclass
@@ -91,6 +67,7 @@ class SamplerWorker:
 
     def __init__(self, engine: str, engine_kwargs: dict[str, Any], checkpoint: str | None, version: str | None,
                  files: dict[str, str] | None = None):
+        engine_kwargs = resolve_secret_refs(engine_kwargs)  # api_key_env/_file: the key is read here, in the actor
         protect(secret_values(engine_kwargs))  # an endpoint's api_key: never in this actor's log lines
         self.engine = make_engine(engine, **engine_kwargs)
         self._generate_lock = threading.Lock()  # one generation at a time: it uses every core/the GPU

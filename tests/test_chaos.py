@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("workload", ["soar", "scaling"])
+@pytest.mark.parametrize("workload", ["soar", "scaling", "tpo"])
 def test_a_run_killed_at_every_point_ends_as_an_uninterrupted_one(workload, tmp_path):
     import chaos
 

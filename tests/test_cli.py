@@ -61,6 +61,9 @@ def one_line_error(code: int, err: str, prog: str) -> str:
     (tpo, ["model.engine=vllm"], "field 'model.engine' was renamed: use 'sampler.engine' instead"),
     (soar, ["sampler.engine=vlm"], "engine 'vlm' is unknown; choose one of ['openai', 'transformers', 'vllm']"),
     (soar, ["novalue"], "'novalue' is not an override; write field.sub=value"),
+    # an engine's key would travel to the sampler actors, whose arguments Ray keeps in its state
+    (scaling, ["sampler.engine_kwargs={api_key: sk-live-abcdef123456}"],
+     "PoolConfig.engine_kwargs.api_key holds a secret, which Ray would keep in its cluster state"),
 ])
 def test_a_wrong_override_is_one_line_naming_the_field_and_exit_2(job, argv, message, capsys):
     code, _, err = run_cli(job, argv, capsys)
@@ -171,14 +174,16 @@ def test_the_shipped_demo_configs_pass_a_dry_run(job, config, capsys):
 
 
 def test_print_config_prints_the_resolved_config_with_secrets_blanked(capsys):
-    code, out, _ = run_cli(scaling, ["--config", "configs/scaling-demo.yaml", "questions=7",
-                                     "sampler.engine_kwargs={api_key: sk-live-abcdef123456, batch_size: 4}",
-                                     "--print-config"], capsys)
+    code, out, _ = run_cli(tpo, ["--config", "configs/tpo-demo.yaml", "iterations=1", "judge.kind=pairwise",
+                                 "judge.engine=openai", "judge.base_url=http://user:pw-abcdef123456@h:8000/v1",
+                                 "sampler.engine_kwargs={api_key_env: OPENAI_API_KEY, batch_size: 4}",
+                                 "--print-config"], capsys)
     printed = yaml.safe_load(out)
-    assert code == 0 and "sk-live-abcdef123456" not in out
-    assert printed["questions"] == 7 and printed["experiment"] == "scaling-demo"
-    assert printed["sampler"]["engine_kwargs"] == {"api_key": "***", "batch_size": 4}
-    assert printed["sampler"]["num_actors"] == 2  # from the file
+    assert code == 0 and "pw-abcdef123456" not in out
+    assert printed["iterations"] == 1 and printed["experiment"] == "tpo-demo"
+    assert printed["judge"]["base_url"] == "http://user:***@h:8000/v1"
+    assert printed["sampler"]["engine_kwargs"] == {"api_key_env": "OPENAI_API_KEY", "batch_size": 4}  # a name
+    assert printed["measure"]["seeds"] == [0, 1, 2]  # from the file
 
 
 # --- 4. one CLI style: --help lists every field with its default and comment ------------------

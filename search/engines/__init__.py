@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from common.secrets import resolve_secret_refs
 from search.engines.base import Engine
 
 ENGINES: dict[str, str] = {
@@ -29,8 +30,9 @@ def engine_class(name: str) -> type:
 
 
 def make_engine(name: str, **kwargs: Any) -> Engine:
-    """Build the engine registered as `name` with its keyword arguments."""
-    return engine_class(name)(**kwargs)
+    """Build the engine registered as `name` with its keyword arguments; a secret given by
+    reference (`api_key_env: VAR`, `api_key_file: PATH`) is read here (common.secrets)."""
+    return engine_class(name)(**resolve_secret_refs(kwargs, "engine_kwargs"))
 
 
 __all__ = ["ENGINES", "Engine", "engine_class", "make_engine"]

@@ -15,11 +15,10 @@ import hashlib
 import hmac
 import json
 import os
-import stat
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
+from common.secrets import read_secret_file
 from search.serve.protocol import error_body
 
 OPEN_PATHS = frozenset({"/health"})  # load balancers probe it without a token
@@ -34,16 +33,7 @@ def api_key_digest(key: str) -> str:
 
 def read_api_key_file(path: str) -> str:
     """The key in `path`, refusing a file that others could read (as Kubernetes mounts secrets 0400)."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"API key file {path} does not exist or is not a file")
-    mode = stat.S_IMODE(p.stat().st_mode)
-    if mode & 0o077:
-        raise ValueError(f"API key file {path} has mode {mode:04o}: others may read it; chmod 400 {path}")
-    key = p.read_text().strip()
-    if not key:
-        raise ValueError(f"API key file {path} is empty")
-    return key
+    return read_secret_file(path, "API key file")
 
 
 def api_key_from_environment(env: Mapping[str, str] | None = None) -> str | None:

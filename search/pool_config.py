@@ -1,0 +1,47 @@
+"""PoolConfig: the sampler pool's typed config (search/pool.py), checked when it is loaded.
+
+Its engine_kwargs travel to every sampler actor as constructor arguments, which Ray keeps in
+its cluster state: a secret there is refused; name it instead (`api_key_env`, `api_key_file`,
+common/secrets.py) and the actor reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.config import is_secret_key
+from common.secrets import literal_secrets
+from search.engines import engine_class
+
+
+@dataclass
+class PoolConfig:
+    engine: str = "transformers"  # a name in search.engines.ENGINES
+    # passed to the engine (not the checkpoint); a key by reference only: api_key_env=VAR or api_key_file=PATH
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    num_actors: int = 1
+    max_inflight_per_actor: int = 2  # requests sent to one actor before callers wait
+    prompts_per_request: int = 8  # generate()/stream() split prompt lists into requests of this size
+    num_cpus_per_actor: float = 1.0
+    num_gpus_per_actor: float | None = None  # None: 1 when the cluster has GPUs, else 0
+    max_request_retries: int = 3  # times a request is retried after its actor failed (each try on a fresh or other actor)
+    request_timeout_s: float | None = 600.0  # a request's deadline: its actor is then taken for hung and replaced
+    experiment: str | None = None  # model registry used by load(version)
+
+    def __post_init__(self):
+        engine_class(self.engine)  # raises on an unknown name, listing the known ones
+        for name in ("num_actors", "max_inflight_per_actor", "prompts_per_request"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PoolConfig.{name}={getattr(self, name)} must be >= 1")
+        if self.max_request_retries < 0:
+            raise ValueError(f"PoolConfig.max_request_retries={self.max_request_retries} must be >= 0")
+        if self.request_timeout_s is not None and self.request_timeout_s <= 0:
+            raise ValueError(f"PoolConfig.request_timeout_s={self.request_timeout_s} must be > 0 (or null: no deadline)")
+        if "checkpoint" in self.engine_kwargs:
+            raise ValueError("PoolConfig.engine_kwargs must not hold 'checkpoint': pass it to SamplerPool(checkpoint=...)")
+        for key in literal_secrets(self.engine_kwargs):  # actor arguments stay in Ray's cluster state (GCS)
+            ref = f"{key}_env=VAR (or {key}_file=PATH, mode 0400)" if is_secret_key(key) else "api_key_env=VAR"
+            raise ValueError(f"PoolConfig.engine_kwargs.{key} holds a secret, which Ray would keep in its cluster "
+                             f"state with the actors' arguments: put it in an environment variable on every node "
+                             f"(or a file) and set engine_kwargs.{ref}")
