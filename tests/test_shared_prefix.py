@@ -87,3 +87,15 @@ def test_outputs_with_the_shared_prefix_equal_outputs_with_per_row_copies(models
         assert calls and any(shape[0] > 1 for shape in calls)
     else:  # distinct prompts without the prefix cache: nothing known to be shared, the plain batch
         assert not calls
+
+
+def test_a_prompt_repeated_in_a_batch_runs_once_and_outputs_stay_equal(models):
+    params = SamplingParams(n=1, temperature=1.0, max_tokens=10, seed=7)
+    batch = [PROMPTS[1], PROMPTS[2], PROMPTS[1], PROMPTS[1], PROMPTS[3]]  # REX often picks a parent twice
+    common = dict(checkpoint=models["untrained"], num_threads=1, batch_size=8, prefix_block_tokens=4)
+    copies = make_engine("transformers", shared_prefix=False, **common)
+    shared = make_engine("transformers", **common)
+    assert texts(shared.generate(batch, params)) == texts(copies.generate(batch, params))
+    once, each = shared.stats()["prefix_cache"], copies.stats()["prefix_cache"]
+    assert once["prompt_tokens"] == each["prompt_tokens"]
+    assert once["reused_tokens"] > each["reused_tokens"]  # the repeats' own tokens were not run again
