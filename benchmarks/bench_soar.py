@@ -2,13 +2,16 @@
 
     python -m benchmarks.bench_soar          # or: make bench
     BENCH_SOAR_PREFIX_ONLY=1 python -m benchmarks bench_soar   # only the prefix cache on/off part
+    BENCH_SOAR_LEVERS=off,on python -m benchmarks bench_soar    # only these prefix lever settings
 
 Runs the soar job on local Ray:
 - the demo config's search (its shipped seed model, a smaller budget) with the transformers
-  engine's cross-request prefix cache off and on: a first run fills the execution cache,
-  then off, on, on, off (both warm, the order cancels drift in background load); prints
-  `prefix cache on/off programs/s ratio R` and the hit rate (prompt tokens reused / prompt
-  tokens);
+  engine's prefix levers: off (no prefix reuse), the cross-request prefix cache alone,
+  shared-prefix decoding alone, and both (the engine's defaults); a first run fills the
+  execution cache, then each once forward and once backward (all warm, the palindrome
+  cancels drift in background load); prints each lever's programs/s ratio,
+  `prefix cache on/off programs/s ratio R` (both levers vs none) and the hit rate (prompt
+  tokens reused / prompt tokens);
 then, with a quick seed model (cached under $RATCHET_HOME):
 - search twice: the first run executes every distinct program, the second (a new
   experiment, the same tasks and seed) finds them in the execution cache;
@@ -37,13 +40,19 @@ QUICK_SEED = SeedConfig(
     corpus_kwargs={"max_chars": 500, "max_grid": 6, "max_steps": 1}, n=800, max_steps=80, batch_size=8,
     max_length=1024, learning_rate=3e-3, words="evolution.seed_corpus:program_words",
 )
-PREFIX_OFF = "sampler.engine_kwargs={num_threads: 2, prefix_cache_bytes: 0}"
-PREFIX_ON = "sampler.engine_kwargs={num_threads: 2}"  # the engine's default budget
+# The prefix levers of the transformers engine: the cross-request prefix cache (prefix_cache_bytes)
+# and decoding over a shared prefix held once (shared_prefix). "on" is the engine's defaults.
+LEVERS = {
+    "off": "sampler.engine_kwargs={num_threads: 2, prefix_cache_bytes: 0, shared_prefix: false}",
+    "cache only": "sampler.engine_kwargs={num_threads: 2, shared_prefix: false}",
+    "shared only": "sampler.engine_kwargs={num_threads: 2, prefix_cache_bytes: 0}",
+    "on": "sampler.engine_kwargs={num_threads: 2}",
+}
 NO_CONTROLS = ["controls.measure_models=false", "controls.random_prior=false", "controls.seed_only=false"]
 
 
 def prefix_cache_ratio(runs: str, tag: str) -> None:
-    """The demo search with the prefix cache off and on, side by side."""
+    """The demo search with each prefix lever off and on, side by side."""
     def search(name: str, engine_kwargs: str) -> dict:
         cfg = load_config("configs/soar-demo.yaml", SoarConfig, [
             f"experiment=bench-soar-{tag}-prefix-{name}", f"runs_dir={runs}", engine_kwargs,
@@ -51,11 +60,16 @@ def prefix_cache_ratio(runs: str, tag: str) -> None:
         ])
         return runner.execute(soar.JOB, cfg)["iterations"][0]
 
-    search("warmup", PREFIX_ON)  # executes every program once: the runs below all hit the execution cache
-    entries: dict[str, list[dict]] = {"off": [], "on": []}
-    for i, kind in enumerate(("off", "on", "on", "off")):
-        entries[kind].append(search(f"{kind}{i}", PREFIX_ON if kind == "on" else PREFIX_OFF))
-    print(f"\n{'prefix cache':12s} {'programs':>8s} {'wall s':>7s} {'prog/s':>7s} {'hit rate':>8s} {'solved':>6s}")
+    kinds = [k.strip() for k in os.environ.get("BENCH_SOAR_LEVERS", ",".join(LEVERS)).split(",")]
+    if unknown := [k for k in kinds if k not in LEVERS] or [k for k in ("off", "on") if k not in kinds]:
+        raise SystemExit(f"BENCH_SOAR_LEVERS={','.join(kinds)}: {unknown} unknown or missing; "
+                         f"choose from {', '.join(LEVERS)} (off and on always)")
+    search("warmup", LEVERS["on"])  # executes every program once: the runs below all hit the execution cache
+    entries: dict[str, list[dict]] = {kind: [] for kind in kinds}
+    order = kinds + kinds[::-1]  # a palindrome: drift in background load hits each alike
+    for i, kind in enumerate(order):
+        entries[kind].append(search(f"{kind.replace(' ', '-')}{i}", LEVERS[kind]))
+    print(f"\n{'prefix levers':12s} {'programs':>8s} {'wall s':>7s} {'prog/s':>7s} {'hit rate':>8s} {'solved':>9s}")
     rate = {}
     for kind, rows in entries.items():
         programs, wall = sum(e["programs"] for e in rows), sum(e["wall_s"] for e in rows)
@@ -64,10 +78,14 @@ def prefix_cache_ratio(runs: str, tag: str) -> None:
         rate[kind] = programs / wall
         hit = f"{reused / prompt:8.2f}" if prompt else f"{'-':>8s}"
         print(f"{kind:12s} {programs:8d} {wall:7.1f} {rate[kind]:7.2f} {hit} "
-              f"{' '.join(format(e['solved'], '.1f') for e in rows):>6s}")
+              f"{' '.join(format(e['solved'], '.1f') for e in rows):>9s}")
     on = entries["on"]
     hit = sum(e["prefix_cache"]["reused_tokens"] for e in on) / max(sum(e["prefix_cache"]["prompt_tokens"] for e in on), 1)
-    print(f"prefix cache on/off programs/s ratio {rate['on'] / rate['off']:.2f} (hit rate {hit:.2f}; goal >= 2)")
+    for kind in kinds[1:]:
+        if kind != "on":
+            print(f"{kind}/off programs/s ratio {rate[kind] / rate['off']:.2f}; on/{kind} {rate['on'] / rate[kind]:.2f}")
+    print(f"prefix cache on/off programs/s ratio {rate['on'] / rate['off']:.2f} (hit rate {hit:.2f}; goal >= 2; "
+          "on: the engine's defaults, off: prefix_cache_bytes=0 and shared_prefix=false)")
 
 
 def main(argv: list[str] | None = None) -> None:

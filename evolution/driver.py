@@ -228,7 +228,8 @@ class SoarSearch:
                 break  # nothing worth refining: the budget is better left unspent than wasted
             n = min(cfg.batch, cfg.refinements_per_task - outcome.refined)
             parents = choose_parents(pool, n_refined, n, rng, self.rex)
-            prompts = [refinement_prompt(visible, p, cfg.prompt_style, cfg.max_prompt_chars) for p in parents]
+            prompts = [refinement_prompt(visible, p, cfg.prompt_style, cfg.max_prompt_chars, self._one_shot(task))
+                       for p in parents]
             started = time.perf_counter()
             rows = await self.sampler(prompts, self._params(task, 1, salt=10**9 + outcome.refined))
             self.sampler_wait_s += time.perf_counter() - started

@@ -92,15 +92,19 @@ def _feedback_lines(parent: Candidate, task: ArcTask, style: PromptStyle, wrong_
 
 
 def refinement_prompt(task: ArcTask, parent: Candidate, style: PromptStyle = "compact",
-                      max_chars: int | None = None) -> str:
+                      max_chars: int | None = None, example: tuple[ArcTask, str] | None = None) -> str:
     """Ask for an improved program given the parent and how it did.
+
+    Both styles start with the task's sampling prompt text (compact: the task; numpy: the
+    whole sampling prompt, with the same one-shot `example`), so a task's sampling and
+    refinement prompts share their prefix and an engine's prefix cache serves the grids once.
 
     With `max_chars`, the parent's output grids are dropped (wrong train outputs first, then
     test outputs) until the prompt fits: a small model's context is short and large tasks'
     feedback would not fit it. The verdicts per train pair always stay.
     """
     if style != "compact":
-        return _numpy_refinement(task, parent)
+        return _numpy_refinement(task, parent, example)
     head = compact_task(task) + "previous program\n" + parent.code.rstrip() + "\n"
     prompt = ""
     for wrong_shown, show_test in ((MAX_WRONG_SHOWN, True), (1, True), (0, True), (0, False)):
@@ -111,15 +115,11 @@ def refinement_prompt(task: ArcTask, parent: Candidate, style: PromptStyle = "co
     return prompt
 
 
-def _numpy_refinement(task: ArcTask, parent: Candidate) -> str:
+def _numpy_refinement(task: ArcTask, parent: Candidate, example: tuple[ArcTask, str] | None) -> str:
     feedback = _feedback_lines(parent, task, "numpy")
-    intro = (
-        "You are solving an ARC puzzle (grids of colours: " + COLOURS + "). Below is a program that "
-        "tries to solve it, and how it did. Find the mistake and write a corrected `transform(grid)` "
-        "in one ```python block.\n\n"
-    )
-    return (intro + numpy_task(task.without_answers()) + "# Previous program\n```python\n" + parent.code.strip()
-            + "\n```\n# How it did\n" + "\n".join(feedback) + "\n")
+    return (sampling_prompt(task, "numpy", example) + "# Previous program\n```python\n" + parent.code.strip()
+            + "\n```\n# How it did\n" + "\n".join(feedback) + "\n\nFind the mistake in that program and write "
+            "a corrected `transform(grid)` in one ```python block.\n")
 
 
 def program_from_completion(text: str, style: PromptStyle) -> str:

@@ -67,6 +67,18 @@ def test_refinement_prompt_shows_code_verdicts_and_wrong_outputs(task, style):
         assert prompt.endswith(REFINE_CUE)
 
 
+@pytest.mark.parametrize("style", ["compact", "numpy"])
+def test_refinement_prompts_start_with_the_sampling_prompt_so_a_prefix_cache_shares_the_task(task, style):
+    parent = Candidate(task.id, "def transform(grid):\n    return grid\n", "h", train_correct=(False,) * len(task.train),
+                       train_outputs=tuple(ex.input for ex in task.train), test_outputs=(task.test[0].input,))
+    visible = task.without_answers()
+    other = load_split("arc1-train")["68b16354"]
+    for example in ([None] if style == "compact" else [None, (other, "def transform(grid):\n    return grid[::-1]")]):
+        sampling = sampling_prompt(visible, style, example)
+        head = sampling.removesuffix(SAMPLE_CUE) if style == "compact" else sampling
+        assert refinement_prompt(visible, parent, style, example=example).startswith(head)
+
+
 def test_refinement_prompt_drops_feedback_grids_to_fit_and_keeps_the_verdicts(task):
     wrong = tuple(ex.input for ex in task.train)
     parent = Candidate(task.id, CODE_PREFIX + "    grid = rot90(grid)\n    return grid\n", "h",

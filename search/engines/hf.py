@@ -9,7 +9,9 @@ unlike vLLM's per-request seeds, a row's sample also depends on the batch it sha
 (search/engines/regex_constraint.py). Prompt states are also shared across calls: a
 bounded prefix cache (search/engines/prefix_cache.py, vLLM's automatic prefix caching
 scheme) serves the blocks of a prompt that an earlier prompt already computed;
-`prefix_cache_bytes=0` turns it off.
+`prefix_cache_bytes=0` turns it off. While decoding, a prefix that every row of a batch
+shares (a prompt's n samples; the block prefix of a task's refinement prompts) is held once,
+not once per row (search/engines/shared_prefix.py); `shared_prefix=False` copies it per row.
 """
 
 from __future__ import annotations
@@ -38,10 +40,11 @@ from common.sampling import (
     truncate_at_stop,
 )
 from search.engines.base import default_version
-from search.engines.hf_prefix import prefill
+from search.engines.hf_prefix import layer_states, prefill
 from search.engines.logprobs import generate_kwargs, split_output
 from search.engines.prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_MAX_BYTES, PrefixCache
 from search.engines.regex_constraint import RegexLogitsProcessor, TokenRegex
+from search.engines.shared_prefix import ATTENTION, SharedPrefixCache
 
 
 def default_threads() -> int:
@@ -64,6 +67,7 @@ class TransformersEngine:
         num_threads: int | None = None,  # CPU threads; None: default_threads()
         prefix_cache_bytes: int = DEFAULT_MAX_BYTES,  # KV states kept across calls; 0: no prefix cache
         prefix_block_tokens: int = DEFAULT_BLOCK_TOKENS,  # tokens per cached block (vLLM's block size)
+        shared_prefix: bool = True,  # decode over a prefix the batch's rows share held once (cascade attention)
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
@@ -74,6 +78,7 @@ class TransformersEngine:
         self.batch_size = batch_size
         if self.device == "cpu":
             torch.set_num_threads(num_threads or default_threads())
+        self.shared_prefix = shared_prefix
         self.prefix_cache = PrefixCache(prefix_cache_bytes, prefix_block_tokens) if prefix_cache_bytes else None
         self.model: Any = None
         self._constraints: dict[str, Any] = {}
@@ -88,7 +93,8 @@ class TransformersEngine:
         if not os.path.isdir(checkpoint):
             raise FileNotFoundError(f"checkpoint {checkpoint} is not a directory; pass a Hugging Face checkpoint dir")
         tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=self.dtype).to(self.device).eval()
+        attention = {"attn_implementation": ATTENTION} if self.shared_prefix else {}
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=self.dtype, **attention).to(self.device).eval()
         if tokenizer.pad_token_id is None:  # left padding needs a pad id; EOS is the usual stand-in
             tokenizer.pad_token = tokenizer.eos_token
         self.model, self.tokenizer = model, tokenizer
@@ -148,7 +154,10 @@ class TransformersEngine:
         if len(prompt_ids) < 2:
             return self._generate_batch([prompt_ids] * n, params)
         cache, _, _ = self._prefill([prompt_ids[:-1]])
-        cache.batch_repeat_interleave(n)
+        if self.shared_prefix:  # the prompt's states once, each sample's own columns after them
+            cache = SharedPrefixCache(layer_states(cache), n)
+        else:
+            cache.batch_repeat_interleave(n)
         name = self._cache_arg()
         input_ids = torch.tensor([prompt_ids] * n, device=self.device)
         out = self.model.generate(
@@ -172,7 +181,7 @@ class TransformersEngine:
             self.model(input_ids=ids, **{self._cache_arg(): cache}, use_cache=True)
             return cache, ids, torch.ones_like(ids)
         return prefill(self.model, rows, self.prefix_cache, cache_arg=self._cache_arg(),
-                       pad_id=self.tokenizer.pad_token_id, device=self.device)
+                       pad_id=self.tokenizer.pad_token_id, device=self.device, shared=self.shared_prefix)
 
     def _generate_cached_batch(self, batch: list[list[int]], params: SamplingParams) -> list[Completion]:
         """_generate_batch with the prompts' states from _prefill: generate then runs only
