@@ -97,10 +97,13 @@ def check_scaling(cfg: Any) -> None:
 
 
 def scaling_shared_paths(cfg: Any) -> dict[str, str]:
-    """The checkpoint the samplers load: the seed model's cache dir, or the model's path."""
+    """The checkpoint the samplers load: the seed model's cache dir, or the model's path. An
+    embedded model (a relative models/<name> with its manifest) travels in `--working-dir .`."""
     if cfg.model == "seed":
         return {"seed_model.cache_dir": cfg.seed_model.cache_dir or ""}
-    return {} if cfg.sampler.engine == "openai" else {"model": cfg.model}
+    if cfg.sampler.engine == "openai" or (not Path(cfg.model).is_absolute() and (Path(cfg.model) / "manifest.json").exists()):
+        return {}
+    return {"model": cfg.model}
 
 
 # --- TPO --------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@
     python -m ray_jobs.scaling dataset=/data/math500.jsonl model=/ckpt/qwen prompt_style=full \\
         sampler.engine=vllm sampler.num_actors=8 experiment=math500-v1
     ray job submit --working-dir . --runtime-env deploy/runtime_env.yaml -- \
-        python -m ray_jobs.scaling --config configs/scaling-demo.yaml seed_model.cache_dir=/shared/ratchet/models
+        python -m ray_jobs.scaling --config configs/scaling-demo.yaml   # the shipped model travels in the working dir
 
 Writes runs/<experiment>/: config.yaml, pool.npz, curves.csv, heatmap.csv, summary.json,
 heatmap.png, curves.png, curves_ambiguous.png and report.md (with the verification

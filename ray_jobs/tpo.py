@@ -57,6 +57,11 @@ def make_judge(cfg: TpoConfig):
     return build("programmatic", **j.kwargs), None
 
 
+def dpo_loss(sft_weight: float) -> dict[str, Any]:
+    """Plain DPO, or DPO plus sft_weight x NLL on the chosen response (TRL's combined loss types)."""
+    return {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, sft_weight]} if sft_weight else {}
+
+
 def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path):
     async def train(rows: list[dict[str, Any]], start, arm: str, iteration: int) -> tuple[str, dict[str, Any]]:
         t = cfg.train
@@ -67,6 +72,7 @@ def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path):
                            max_steps=t.max_steps, learning_rate=t.learning_rate, beta=t.beta, lora=t.lora,
                            per_device_train_batch_size=t.batch_size, max_length=t.max_length,
                            disable_tqdm=True, logging_steps=max(1, t.max_steps // 5), seed=iteration,
+                           **dpo_loss(t.sft_weight),
                            **training_args(cfg.tracking, run_dir, out.name))
         result = await train_dpo_remote(job, rows)
         return result.checkpoint, result.metrics | {"rows": len(rows)}

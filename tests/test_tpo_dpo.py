@@ -62,3 +62,15 @@ def test_dpo_on_pairs_raises_heldout_margin(tmp_path_factory, tmp_path):
                                     max_length=64, disable_tqdm=True, quiet=True), trl_rows(train))
     after = implicit_margin(result.checkpoint, seed_model, trl_rows(heldout))
     assert before == pytest.approx(0.0, abs=1e-4) and after > 0.5, (before, after)
+
+
+def test_sft_weight_adds_an_nll_term_on_chosen_and_refuses_negative_weights():
+    from ray_jobs.tpo import dpo_loss
+    from thinking.config import TrainConfig
+    from training.dpo import DPOJobConfig
+
+    assert dpo_loss(0.0) == {}  # plain DPO, as the paper trains
+    job = DPOJobConfig(model_path="x", output_dir="/tmp/x", **dpo_loss(0.5))
+    assert job.loss_type == ["sigmoid", "sft"] and job.loss_weights == [1.0, 0.5]
+    with pytest.raises(ValueError, match="train.sft_weight"):
+        TrainConfig(sft_weight=-1.0)

@@ -61,7 +61,14 @@ class TrainConfig:
     batch_size: int = 16  # pairs per step
     max_length: int = 256  # prompt + completion tokens
     lora: bool = False  # LoRA adapters (merged on save) instead of full fine-tuning
+    # weight of a negative log-likelihood term on the chosen response (TRL loss_type ["sigmoid", "sft"],
+    # as Iterative RPO adds); 0: plain DPO, as the paper trains
+    sft_weight: float = 0.0
     num_cpus: int = 1  # CPUs of the training Ray task (a GPU is used when the cluster has one)
+
+    def __post_init__(self):
+        if self.sft_weight < 0:
+            raise ValueError(f"train.sft_weight={self.sft_weight} must be >= 0 (0: plain DPO)")
 
 
 @dataclass
