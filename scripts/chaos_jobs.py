@@ -28,7 +28,7 @@ JOBS = {  # workload -> (module, config, overrides for a small run)
         "filters.refine_ignores=[error,invalid_grid]"]),
     "scaling": ("ray_jobs.scaling", "configs/scaling-demo.yaml", [
         "model=models/tpo-arith-seed", "questions=8", "k_inf=4", "k_verif=2", "k_tie=2", "batch_questions=2",
-        "benchmark_triples=4", "curves.seeds=2", "curves.bootstrap=20", "num_actors=1", "max_tokens=16",
+        "benchmark_triples=4", "curves.seeds=2", "curves.bootstrap=20", "sampler.num_actors=1", "max_tokens=16",
         "verify_max_tokens=16"]),
     "tpo": ("ray_jobs.tpo", "configs/tpo-demo.yaml", [
         "iterations=2", "sample.instructions=16", "sample.batch_instructions=4", "sample.k=4",

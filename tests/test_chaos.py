@@ -23,3 +23,17 @@ def test_a_run_killed_at_every_point_ends_as_an_uninterrupted_one(workload, tmp_
     assert all(report["checks"].values()), report["checks"]
     made = {k["point"] for k in report["kills"] if k["made"]}
     assert made, report["kills"]  # at least one kill landed while the run was going
+
+
+@pytest.mark.parametrize("workload", ["soar", "scaling", "tpo"])
+def test_each_chaos_run_is_a_config_its_job_accepts(workload):
+    """The small runs' overrides still parse (a renamed field once made the scaling chaos run
+    fail at its first line, unseen because the chaos run itself is slow)."""
+    import importlib
+
+    import chaos_jobs
+    from common.config import load_config
+
+    module, config, overrides = chaos_jobs.JOBS[workload]
+    job = importlib.import_module(module).JOB
+    load_config(Path(__file__).resolve().parents[1] / config, job.config_cls, overrides)
