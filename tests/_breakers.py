@@ -6,17 +6,19 @@ import os
 import signal
 
 
-def kill_zygote_before_replies(ex, times: int | None) -> list[int]:
-    """Break the executor's one worker at the named point: SIGKILL its zygote after a program
-    was sent and before its reply is read (the first `times` replies; None: every one)."""
+def kill_zygote_as_programs_arrive(ex, times: int | None) -> list[int]:
+    """Break the executor's one worker at the named point: SIGKILL its zygote once its task is
+    loaded and just before a program is sent (the first `times` programs; None: every one).
+    Before, not after: a zygote killed after the send may already have written its reply
+    (its child is forked ahead), and a reply in the pipe is a result, not a lost worker."""
     [worker] = ex._all
-    real, kills = worker._recv_run, []
+    real, kills = worker._send_code, []
 
-    def recv(timeout_s):
+    def send(code):
         if times is None or len(kills) < times:
             kills.append(worker.pid)
             os.kill(worker.pid, signal.SIGKILL)
-        return real(timeout_s)
+        return real(code)
 
-    worker._recv_run = recv
+    worker._send_code = send
     return kills

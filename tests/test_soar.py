@@ -164,7 +164,7 @@ def test_a_lost_sandbox_is_never_the_result_archived_for_a_program(store, experi
     (the zygote killed before each reply), the batch fails as the machine's failure and
     nothing is archived, so a rerun on a healthy verifier archives the programs' real results.
     retries=None: the executor retries and raises; 0: it returns the loss and the driver refuses it."""
-    from _breakers import kill_zygote_before_replies
+    from _breakers import kill_zygote_as_programs_arrive
 
     from common.faults import InfrastructureError
 
@@ -173,7 +173,7 @@ def test_a_lost_sandbox_is_never_the_result_archived_for_a_program(store, experi
     kw = {} if retries is None else {"transient_retries": retries}
     with ArcExecutor(workers=1, allowed_modules=("evolution.dsl",), **kw) as flaky:
         flaky.ping()
-        kills = kill_zygote_before_replies(flaky, times=None)
+        kills = kill_zygote_as_programs_arrive(flaky, times=None)
         broken, _ = make_search(cfg, store, experiment_name, engine, flaky)
         with pytest.raises(InfrastructureError, match="sandbox worker"):
             asyncio.run(broken.run({tid: tasks[tid]}))
