@@ -32,6 +32,7 @@ def test_each_chaos_run_is_a_config_its_job_accepts(workload):
     import importlib
 
     import chaos_jobs
+
     from common.config import load_config
 
     module, config, overrides = chaos_jobs.JOBS[workload]
