@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from common.config import ConfigError
+from training import embedded
 
 
 def need_path(field: str, path: str, what: str) -> None:
@@ -101,7 +102,7 @@ def scaling_shared_paths(cfg: Any) -> dict[str, str]:
     embedded model (a relative models/<name> with its manifest) travels in `--working-dir .`."""
     if cfg.model == "seed":
         return {"seed_model.cache_dir": cfg.seed_model.cache_dir or ""}
-    if cfg.sampler.engine == "openai" or (not Path(cfg.model).is_absolute() and (Path(cfg.model) / "manifest.json").exists()):
+    if cfg.sampler.engine == "openai" or (not Path(cfg.model).is_absolute() and embedded.is_embedded(cfg.model)):
         return {}
     return {"model": cfg.model}
 

@@ -118,10 +118,15 @@ def problems(name: str, models_dir: Path = MODELS_DIR) -> list[str]:
     return found
 
 
+def is_embedded(path: str | Path) -> bool:
+    """Whether `path` is an embedded model: a checkpoint dir with its recipe manifest."""
+    return (Path(path) / MANIFEST).exists()
+
+
 def verified(path: str) -> str:
     """`path` itself; when it is an embedded model (it has a manifest), after checking its files."""
     p = Path(path)
-    if (p / MANIFEST).exists():
+    if is_embedded(p):
         return checkpoint(p.name, p.parent)
     return path
 

@@ -103,6 +103,8 @@ class TransformersEngine:
         self._constraints: dict[str, Any] = {}  # regex -> TokenRegex for this tokenizer
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0)) or None
         self.version = version or default_version(checkpoint)
+        # transformers 5.2x renamed past_key_values to cache; the GPU set (vLLM's pin) has the old name.
+        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     def _require_model(self) -> None:
         if self.model is None:
@@ -158,7 +160,7 @@ class TransformersEngine:
             cache = SharedPrefixCache(layer_states(cache), n)
         else:
             cache.batch_repeat_interleave(n)
-        name = self._cache_arg()
+        name = self._cache_arg
         input_ids = torch.tensor([prompt_ids] * n, device=self.device)
         out = self.model.generate(
             input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **{name: cache},
@@ -168,19 +170,15 @@ class TransformersEngine:
         rows, logprobs = split_output(out, len(prompt_ids), params, self.tokenizer)
         return [self._completion(row, len(prompt_ids), params, logprobs and logprobs[r]) for r, row in enumerate(rows)]
 
-    def _cache_arg(self) -> str:
-        # transformers 5.2x renamed past_key_values to cache; the GPU set (vLLM's pin) has the old name.
-        return "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-
     def _prefill(self, rows: list[list[int]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
         """The states of `rows` (prompts but their last tokens): one cache, with its columns'
         token ids and attention mask; through the prefix cache when there is one."""
         if self.prefix_cache is None:
             cache = DynamicCache(config=self.model.config)
             ids = torch.tensor(rows, device=self.device)
-            self.model(input_ids=ids, **{self._cache_arg(): cache}, use_cache=True)
+            self.model(input_ids=ids, **{self._cache_arg: cache}, use_cache=True)
             return cache, ids, torch.ones_like(ids)
-        return prefill(self.model, rows, self.prefix_cache, cache_arg=self._cache_arg(),
+        return prefill(self.model, rows, self.prefix_cache, cache_arg=self._cache_arg,
                        pad_id=self.tokenizer.pad_token_id, device=self.device, shared=self.shared_prefix)
 
     def _generate_cached_batch(self, batch: list[list[int]], params: SamplingParams) -> list[Completion]:
@@ -194,7 +192,7 @@ class TransformersEngine:
         input_ids, mask = torch.cat([ids, last], dim=1), torch.cat([mask, torch.ones_like(last)], dim=1)
         width = input_ids.shape[1]
         out = self.model.generate(
-            input_ids=input_ids, attention_mask=mask, **{self._cache_arg(): cache},
+            input_ids=input_ids, attention_mask=mask, **{self._cache_arg: cache},
             generation_config=self._generation_config(params), tokenizer=tok if params.stop else None,
             logits_processor=self._processors(params, width),
         )
