@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import ray
 import yaml
+from _capture import own_lines
 
 from common.config import ConfigError, load_config
 from evolution.config import SoarConfig
@@ -39,7 +40,7 @@ def run_cli(job, argv: list[str], capsys) -> tuple[int, str, str]:
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     out, err = capsys.readouterr()
-    return code, out, err
+    return code, out, own_lines(err)
 
 
 def one_line_error(code: int, err: str, prog: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _capture import own_lines
 
 from ray_jobs import cli
 from ray_jobs.runs import headline_numbers
@@ -76,7 +77,7 @@ def test_an_unknown_experiment_is_one_line_and_exit_2(runs, capsys):
     with pytest.raises(SystemExit) as stopped:
         cli.main(["runs", "show", "soar-c"])
     assert stopped.value.code == 2
-    err = capsys.readouterr().err.strip()
+    err = own_lines(capsys.readouterr().err).strip()
     assert err == "ratchet runs: no experiment named 'soar-c'; known: ['soar-a', 'soar-b', 'tpo-x']"
 
 
@@ -89,6 +90,6 @@ def test_an_unreachable_store_is_one_line_and_exit_1(monkeypatch, capsys):
     monkeypatch.setenv("RATCHET_REDIS_URL", "redis://:hunter2-pass@127.0.0.1:9/0")  # nothing listens on 9
     with pytest.raises(SystemExit) as stopped:
         cli.main(["runs"])
-    err = capsys.readouterr().err
+    err = own_lines(capsys.readouterr().err)
     assert stopped.value.code == 1 and len(err.strip().splitlines()) == 1
     assert err.startswith("ratchet runs: cannot reach Redis at redis://:***@127.0.0.1:9/0") and "hunter2" not in err

@@ -10,6 +10,7 @@ import socket
 import httpx
 import openai
 import pytest
+from _capture import own_lines
 from _models import build_models, expected
 from fastapi.testclient import TestClient
 
@@ -561,7 +562,7 @@ def test_serve_config_errors_are_one_line_and_exit_2(argv, message, capsys):
 
     with pytest.raises(SystemExit) as exit_:
         parse(argv)
-    err = capsys.readouterr().err
+    err = own_lines(capsys.readouterr().err)
     assert exit_.value.code == 2 and err.count("\n") == 1 and err.startswith("ratchet serve: error: ")
     assert message in err, err
 
