@@ -6,9 +6,10 @@ generated in left-padded batches with attention masks. A seed
 makes one call reproducible (the same call with the same seed gives the same completions;
 unlike vLLM's per-request seeds, a row's sample also depends on the batch it shares).
 `SamplingParams.regex` constrains completions as vLLM's structured outputs do
-(search/engines/regex_constraint.py). Prompt states are also shared across calls: a
-bounded prefix cache (search/engines/prefix_cache.py, vLLM's automatic prefix caching
-scheme) serves the blocks of a prompt that an earlier prompt already computed;
+(search/engines/regex_constraint.py: allowed-token masks per state of the pattern's automaton,
+kept across calls; `regex_automaton=False` scans the vocabulary per completion text instead).
+Prompt states are also shared across calls: a bounded prefix cache
+(search/engines/prefix_cache.py, vLLM's automatic prefix caching scheme) serves the blocks of a prompt that an earlier prompt already computed;
 `prefix_cache_bytes=0` turns it off. While decoding, a prefix that every row of a batch
 shares (a prompt's n samples; the block prefix of a task's refinement prompts) is held once,
 not once per row (search/engines/shared_prefix.py); `shared_prefix=False` copies it per row.
@@ -43,7 +44,7 @@ from search.engines.base import default_version
 from search.engines.hf_prefix import layer_states, prefill
 from search.engines.logprobs import generate_kwargs, split_output
 from search.engines.prefix_cache import DEFAULT_BLOCK_TOKENS, DEFAULT_MAX_BYTES, PrefixCache
-from search.engines.regex_constraint import RegexLogitsProcessor, TokenRegex
+from search.engines.regex_constraint import RegexLogitsProcessor, TokenPieces, TokenRegex
 from search.engines.shared_prefix import ATTENTION, SharedPrefixCache
 
 
@@ -68,6 +69,7 @@ class TransformersEngine:
         prefix_cache_bytes: int = DEFAULT_MAX_BYTES,  # KV states kept across calls; 0: no prefix cache
         prefix_block_tokens: int = DEFAULT_BLOCK_TOKENS,  # tokens per cached block (vLLM's block size)
         shared_prefix: bool = True,  # decode over a prefix the batch's rows share held once (cascade attention)
+        regex_automaton: bool = True,  # regex masks per automaton state; False: scan the vocabulary per text
     ):
         if batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be >= 1")
@@ -79,6 +81,7 @@ class TransformersEngine:
         if self.device == "cpu":
             torch.set_num_threads(num_threads or default_threads())
         self.shared_prefix = shared_prefix
+        self.regex_automaton = regex_automaton
         self.prefix_cache = PrefixCache(prefix_cache_bytes, prefix_block_tokens) if prefix_cache_bytes else None
         self.model: Any = None
         self._constraints: dict[str, Any] = {}
@@ -101,6 +104,7 @@ class TransformersEngine:
         if self.prefix_cache is not None:
             self.prefix_cache.clear()  # states computed by the previous weights
         self._constraints: dict[str, Any] = {}  # regex -> TokenRegex for this tokenizer
+        self._pieces: TokenPieces | None = None  # the tokenizer's token texts, shared by every pattern
         self.context_length = int(getattr(model.config, "max_position_embeddings", 0)) or None
         self.version = version or default_version(checkpoint)
         # transformers 5.2x renamed past_key_values to cache; the GPU set (vLLM's pin) has the old name.
@@ -241,7 +245,9 @@ class TransformersEngine:
         if params.regex not in self._constraints:
             if len(self._constraints) >= 256:  # one pattern per task is typical; bound the memory
                 self._constraints.clear()
-            self._constraints[params.regex] = TokenRegex(params.regex, self.tokenizer)
+            self._pieces = self._pieces or TokenPieces(self.tokenizer)
+            self._constraints[params.regex] = TokenRegex(params.regex, self.tokenizer, self._pieces,
+                                                         automaton=self.regex_automaton)
         return LogitsProcessorList([RegexLogitsProcessor(self._constraints[params.regex], self.tokenizer, prompt_width)])
 
     def _completion(self, row: list[int], prompt_tokens: int, params: SamplingParams,
