@@ -3,6 +3,7 @@
     python -m benchmarks.bench_soar          # or: make bench
     BENCH_SOAR_PREFIX_ONLY=1 python -m benchmarks bench_soar   # only the prefix cache on/off part
     BENCH_SOAR_LEVERS=off,on python -m benchmarks bench_soar    # only these prefix lever settings
+    BENCH_SOAR_LEVERS="off,on,regex scan" ...   # also "on" with the regex constraint's old vocabulary scan
 
 Runs the soar job on local Ray:
 - the demo config's search (its shipped seed model, a smaller budget) with the transformers
@@ -47,7 +48,10 @@ LEVERS = {
     "cache only": "sampler.engine_kwargs={num_threads: 2, shared_prefix: false}",
     "shared only": "sampler.engine_kwargs={num_threads: 2, prefix_cache_bytes: 0}",
     "on": "sampler.engine_kwargs={num_threads: 2}",
+    # not a prefix lever: "on" with the regex constraint's vocabulary scan instead of its automaton
+    "regex scan": "sampler.engine_kwargs={num_threads: 2, regex_automaton: false}",
 }
+DEFAULT_LEVERS = ["off", "cache only", "shared only", "on"]
 NO_CONTROLS = ["controls.measure_models=false", "controls.random_prior=false", "controls.seed_only=false"]
 
 
@@ -60,7 +64,7 @@ def prefix_cache_ratio(runs: str, tag: str) -> None:
         ])
         return runner.execute(soar.JOB, cfg)["iterations"][0]
 
-    kinds = [k.strip() for k in os.environ.get("BENCH_SOAR_LEVERS", ",".join(LEVERS)).split(",")]
+    kinds = [k.strip() for k in os.environ.get("BENCH_SOAR_LEVERS", ",".join(DEFAULT_LEVERS)).split(",")]
     if unknown := [k for k in kinds if k not in LEVERS] or [k for k in ("off", "on") if k not in kinds]:
         raise SystemExit(f"BENCH_SOAR_LEVERS={','.join(kinds)}: {unknown} unknown or missing; "
                          f"choose from {', '.join(LEVERS)} (off and on always)")
@@ -82,7 +86,9 @@ def prefix_cache_ratio(runs: str, tag: str) -> None:
     on = entries["on"]
     hit = sum(e["prefix_cache"]["reused_tokens"] for e in on) / max(sum(e["prefix_cache"]["prompt_tokens"] for e in on), 1)
     for kind in kinds[1:]:
-        if kind != "on":
+        if kind == "regex scan":
+            print(f"on/regex scan programs/s ratio {rate['on'] / rate[kind]:.2f} (the regex automaton's gain)")
+        elif kind != "on":
             print(f"{kind}/off programs/s ratio {rate[kind] / rate['off']:.2f}; on/{kind} {rate['on'] / rate[kind]:.2f}")
     print(f"prefix cache on/off programs/s ratio {rate['on'] / rate['off']:.2f} (hit rate {hit:.2f}; goal >= 2; "
           "on: the engine's defaults, off: prefix_cache_bytes=0 and shared_prefix=false)")
