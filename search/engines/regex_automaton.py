@@ -12,7 +12,8 @@ The sets keep only NFA states from which a match can still be completed, so a te
 prefix of some match (what `fullmatch(text, partial=True)` answers) exactly when its set is
 not empty, and a full match when the set holds the accepting state. Patterns with features
 whose meaning depends on context (anchors, lookaround, backreferences, flags, possessive or
-atomic groups) are refused with `Unsupported`; the caller then falls back to the scan.
+atomic groups) or too large an NFA (bounded repeats are unrolled) are refused with
+`Unsupported`; the caller then falls back to the scan.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from re import _parser as P  # noqa: N812
 import regex
 
 DEAD = 0  # the empty state set: no match can follow
+MAX_NFA_STATES = 200_000  # bounded repeats are unrolled: a{1,100000} scans instead
 
 
 class Unsupported(ValueError):
@@ -70,6 +72,8 @@ class _NFA:
         self.eps: list[list[int]] = []
 
     def new(self) -> int:
+        if len(self.edges) >= MAX_NFA_STATES:
+            raise Unsupported(f"more than {MAX_NFA_STATES} NFA states")
         self.edges.append([])
         self.eps.append([])
         return len(self.edges) - 1
