@@ -22,3 +22,22 @@ def kill_zygote_as_programs_arrive(ex, times: int | None) -> list[int]:
 
     worker._send_code = send
     return kills
+
+
+def fail_first_transaction(monkeypatch) -> list[int]:
+    """Break Redis at the named point: the first MULTI/EXEC a pipeline sends raises a
+    ConnectionError without reaching the server (redis-server killed between a command
+    sent before the transaction and the transaction itself). Returns the calls seen."""
+    import redis
+
+    real, calls = redis.client.Pipeline.execute, []
+
+    def execute(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            self.reset()  # as redis-py leaves a pipeline whose connection died
+            raise redis.ConnectionError("redis-server killed before EXEC (test breaker)")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
+    return calls

@@ -67,6 +67,23 @@ def test_model_registry_versions_lineage_and_current(store: Store, experiment_na
     assert len(models.list()) == 2
 
 
+def test_a_publish_that_fails_before_its_transaction_burns_no_version(store: Store, experiment_name: str,
+                                                                     monkeypatch):
+    """Redis killed mid-publish: the retry publishes the same "vN", and no number is skipped
+    (the counter was once incremented outside the transaction)."""
+    from _breakers import fail_first_transaction
+
+    models = store.models(experiment_name)
+    models.publish("/ckpt/seed")
+    calls = fail_first_transaction(monkeypatch)
+    with pytest.raises(redis.ConnectionError):
+        models.publish("/ckpt/it1", parent="v0", note="iteration 1")
+    assert calls and [m.version for m in models.list()] == ["v0"]
+    assert models.publish("/ckpt/it1", parent="v0", note="iteration 1").version == "v1"  # the retry
+    assert models.publish("/ckpt/it2", parent="v1").version == "v2"
+    assert [m.version for m in models.list()] == ["v0", "v1", "v2"]
+
+
 def test_event_stream_is_ordered_and_capped(store: Store, experiment_name: str):
     from store.events import EventLog
 
