@@ -97,26 +97,31 @@ class ModelRegistry:
             raise KeyError(f"parent version {parent!r} is not registered in {self.experiment!r}")
         # One MULTI/EXEC for the version number, the entry and the pointer: a Redis kill
         # mid-publish leaves all or nothing, so no number is burnt and a retry publishes the
-        # same "vN". The counter is WATCHed (another publish in between: take the next number).
+        # same "vN". The counter is WATCHed: another publish in between, or a connection lost
+        # at EXEC (redis-py raises WatchError), reads it again.
         pipe = self.client.pipeline(transaction=True)
+        mv, record = None, b""
         try:
             while True:
                 try:
                     pipe.watch(self._counter, *([self.fence[0]] if self.fence is not None else []))
                     if self.fence is not None and int(pipe.get(self.fence[0]) or -1) != self.fence[1]:
                         raise self._lost()  # a driver whose lease was taken over publishes nothing
+                    if mv is not None and pipe.hget(self._versions, mv.version) == record:
+                        return mv  # the last try's EXEC landed; only its reply was lost
                     number = int(pipe.get(self._counter) or 0)
                     mv = ModelVersion(f"v{number}", str(checkpoint), parent, time.time(), metrics or {}, note,
                                       dict(files or {}))
+                    record = dumps(asdict(mv))
                     pipe.multi()
                     pipe.set(self._counter, number + 1)
-                    pipe.hset(self._versions, mv.version, dumps(asdict(mv)))
+                    pipe.hset(self._versions, mv.version, record)
                     if make_current:
                         pipe.set(self._current, mv.version)
                     pipe.execute()
                     return mv
                 except redis.WatchError:
-                    continue  # the counter or the fence moved: read both again (a moved fence raises)
+                    continue  # read the fence and the counter again (a moved fence raises)
         finally:
             pipe.reset()
 
