@@ -46,3 +46,20 @@ def fail_first_transaction(monkeypatch, *, after_exec: bool = False) -> list[int
 
     monkeypatch.setattr(redis.client.Pipeline, "execute", execute)
     return calls
+
+
+def kill_zygote_as_it_starts(monkeypatch, times: int = 1) -> list[int]:
+    """Break a sandbox worker at the named point: SIGKILL its zygote just after it was
+    spawned, before it read its configuration and answered "ready" (the first `times` starts)."""
+    from verifiers.arc.sandbox import SandboxWorker
+
+    real, kills = SandboxWorker._send, []
+
+    def send(worker, obj):
+        if "allowed_modules" in obj and len(kills) < times:  # start()'s first frame
+            kills.append(worker.pid)
+            os.kill(worker.pid, signal.SIGKILL)
+        return real(worker, obj)
+
+    monkeypatch.setattr(SandboxWorker, "_send", send)
+    return kills
