@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from chaos_jobs import JOBS, POINTS, compare, progress, snapshot, summary  # noqa: E402
+from chaos_jobs import JOBS, POINTS, compare, differences, progress, snapshot, summary  # noqa: E402
 
 from store import Store, keys  # noqa: E402
 from store.server import ensure_local_server, stop_local_server  # noqa: E402
@@ -272,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
             report[workload] = {"reference_s": round(ref_s, 1), "chaos_s": round(chaos_s, 1), "progress": total,
                                 **outcome, "checks": compare(ref, chaos), "reference": summary(ref),
                                 "chaos": summary(chaos)}
+            if not all(report[workload]["checks"].values()) and workload == "soar":
+                report[workload]["differences"] = differences(ref, chaos)
             print(json.dumps({workload: report[workload]}, indent=1, default=str), flush=True)
     finally:
         cluster.close()
