@@ -8,11 +8,11 @@ Everything runs on a redis-server of the script's own, and each driver starts it
 under a temp dir of the script's (RAY_TMPDIR): only those processes are ever signalled, and
 a killed driver's Ray goes with it, as it does for a user running the job on one machine.
 Per workload, a reference run goes through uninterrupted (experiment `<workload>-ref`) and
-its final progress count is read (each run starts with an empty execution cache, so the chaos
-run's programs reach real sandboxes) (scripts/chaos_jobs.py: samples drawn, rows stored); then
+its final progress count is read (scripts/chaos_jobs.py: samples drawn, rows stored); then
 the chaos run (`<workload>-chaos`) is started, and each kill point (in random order) is hit
 once the chaos run's own count reaches a random share (5-85%) of the reference's: kills land
-while the job works, at a moment the seed fixes, however fast the machine is. A driver that
+while the job works, at a moment the seed fixes, however fast the machine is. Each run starts
+with an empty execution cache, so the chaos run's programs reach real sandboxes. A driver that
 ended (killed, or failed on the fault) is started again, as a user would, until it finishes.
 Then the final state is compared (chaos_jobs.snapshot): counts per task or phase (a
 duplicate would show there), program sets, budgets, pairs, published versions, statuses.
