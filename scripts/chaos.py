@@ -46,7 +46,8 @@ from store.server import ensure_local_server, stop_local_server  # noqa: E402
 
 SHARES = (0.05, 0.85)  # a kill point is hit at this share of the reference's final progress count
 POLL_S = 0.2  # how often the chaos run's progress is read
-FIND_WAIT_S = 60  # how long a kill point's process is looked for before the kill counts as not made
+FIND_WAIT_S = 600  # how long a kill point's process is looked for (a restarted driver on a busy machine
+# may take minutes to verify its first program, and only then starts a sandbox) before the kill counts as not made
 LEASE_TTL_S = 10  # short, so a killed driver's lease frees soon; a restart waits it out
 ACTOR_TITLES = {"sampler": "ray::SamplerWorker", "verifier": "ray::ArcVerifierActorImpl"}
 
