@@ -220,8 +220,9 @@ class SoarSearch:
             self.on_progress(task.id, n)
 
         n_refined = self.refine_counts(task.id, outcome.candidates)
-        rng = _rng(cfg.seed, task.id, self.iteration, f"rex{outcome.refined}")
         while outcome.refined < cfg.refinements_per_task and self._solved_train(outcome) < cfg.stop_after_correct:
+            # seeded per batch: a search resumed after a kill picks the parents an uninterrupted one does
+            rng = _rng(cfg.seed, task.id, self.iteration, f"rex{outcome.refined}")
             pool = balanced_pool(outcome.candidates, cfg.pool_size, rng,
                                  keep=lambda c: keep_for_refinement(c, task, self.filters), cfg=self.rex)
             if not pool:

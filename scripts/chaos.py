@@ -11,7 +11,8 @@ Per workload, a reference run goes through uninterrupted (experiment `<workload>
 its final progress count is read (scripts/chaos_jobs.py: samples drawn, rows stored); then
 the chaos run (`<workload>-chaos`) is started, and each kill point (in random order) is hit
 once the chaos run's own count reaches a random share (5-85%) of the reference's: kills land
-while the job works, at a moment the seed fixes, however fast the machine is. A driver that
+while the job works, at a moment the seed fixes, however fast the machine is. Each run starts
+with an empty execution cache, so the chaos run's programs reach real sandboxes. A driver that
 ended (killed, or failed on the fault) is started again, as a user would, until it finishes.
 Then the final state is compared (chaos_jobs.snapshot): counts per task or phase (a
 duplicate would show there), program sets, budgets, pairs, published versions, statuses.
@@ -38,14 +39,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from chaos_jobs import JOBS, POINTS, compare, progress, snapshot, summary  # noqa: E402
+from chaos_jobs import JOBS, POINTS, compare, differences, progress, snapshot, summary  # noqa: E402
 
-from store import Store  # noqa: E402
+from store import Store, keys  # noqa: E402
 from store.server import ensure_local_server, stop_local_server  # noqa: E402
 
 SHARES = (0.05, 0.85)  # a kill point is hit at this share of the reference's final progress count
 POLL_S = 0.2  # how often the chaos run's progress is read
-FIND_WAIT_S = 60  # how long a kill point's process is looked for before the kill counts as not made
+FIND_WAIT_S = 600  # how long a kill point's process is looked for (a restarted driver on a busy machine
+# may take minutes to verify its first program, and only then starts a sandbox) before the kill counts as not made
 LEASE_TTL_S = 10  # short, so a killed driver's lease frees soon; a restart waits it out
 ACTOR_TITLES = {"sampler": "ray::SamplerWorker", "verifier": "ray::ArcVerifierActorImpl"}
 
@@ -76,6 +78,52 @@ def _descends(pid: int, roots: set[int]) -> bool:
     return False
 
 
+def ray_roots(ray_tmp: str) -> set[int]:
+    """The Ray processes started under `ray_tmp` (Ray passes its session dir to each)."""
+    return {p for p in _pids() if ray_tmp.encode() in _cmdline(p)}
+
+
+def candidates(ray_tmp: str, point: str) -> list[int]:
+    """The live processes for an actor or sandbox kill point: among the Ray processes started
+    under `ray_tmp` and their descendants."""
+    roots = ray_roots(ray_tmp)
+    if point in ACTOR_TITLES:
+        title = ACTOR_TITLES[point].encode()
+        return [p for p in _pids() if _cmdline(p).startswith(title) and _descends(p, roots)]
+    # sandbox: a verifier actor's zygote or one of its forked children (same cmdline)
+    return [p for p in _pids() if b"zygote.py" in _cmdline(p) and _descends(p, roots)]
+
+
+def find_process(ray_tmp: str, point: str) -> int | None:
+    """One of the point's candidates, at random; None when none runs now."""
+    hits = candidates(ray_tmp, point)
+    return random.choice(hits) if hits else None
+
+
+def census(ray_tmp: str) -> str:
+    """What a lookup that found nothing did see: verifier actors and sandbox processes."""
+    roots = ray_roots(ray_tmp)
+    mine = [p for p in _pids() if _descends(p, roots)]
+    actors = sum(_cmdline(p).startswith(ACTOR_TITLES["verifier"].encode()) for p in mine)
+    return f"{actors} verifier actor(s), {sum(b'zygote.py' in _cmdline(p) for p in mine)} sandbox process(es)"
+
+
+def describe(point: str, pid: int) -> str:
+    if point == "sandbox":
+        return "sandbox child" if b"zygote.py" in _cmdline(_ppid(pid)) else "sandbox zygote"
+    return point
+
+
+def forget_executions(store: Store) -> int:
+    """Empty the execution cache (shared by experiments, keyed by task and program) before a
+    run: the chaos run then starts from what the reference started from. Left filled, it
+    answers every program the reference verified (the chaos run draws the same ones), so
+    the chaos run's verifier never starts a sandbox worker and the sandbox kill cannot land.
+    Returns the keys removed."""
+    names = list(store.client.scan_iter(match=keys.exec_cache("*")))
+    return store.client.delete(*names) if names else 0
+
+
 class Cluster:
     """A redis-server of this script's own, and a temp dir for the jobs' Ray: each driver starts
     its local Ray under it (RAY_TMPDIR), so its processes are found, and only they are signalled."""
@@ -90,24 +138,16 @@ class Cluster:
         self.env.pop("RAY_ADDRESS", None)
 
     def ray_roots(self) -> set[int]:
-        return {p for p in _pids() if self.ray_tmp.encode() in _cmdline(p)}
+        return ray_roots(self.ray_tmp)
 
     def find(self, point: str) -> int | None:
         """A live process of this cluster for the kill point (None when none runs now)."""
         if point == "redis":
             return int((self.redis_dir / "redis.pid").read_text())
-        roots = self.ray_roots()
-        if point in ACTOR_TITLES:
-            title = ACTOR_TITLES[point].encode()
-            hits = [p for p in _pids() if _cmdline(p).startswith(title) and _descends(p, roots)]
-        else:  # sandbox: a verifier actor's zygote or one of its forked children (same cmdline)
-            hits = [p for p in _pids() if b"zygote.py" in _cmdline(p) and _descends(p, roots)]
-        return random.choice(hits) if hits else None
+        return find_process(self.ray_tmp, point)
 
     def describe(self, point: str, pid: int) -> str:
-        if point == "sandbox":
-            return "sandbox child" if b"zygote.py" in _cmdline(_ppid(pid)) else "sandbox zygote"
-        return point
+        return describe(point, pid)
 
     def kill(self, point: str, pid: int) -> None:
         if point == "redis":  # SIGKILL, then the supervisor's part: start it again (same socket, password)
@@ -141,6 +181,7 @@ def start_job(cluster: Cluster, workload: str, experiment: str, runs: Path, log)
 def run_reference(cluster: Cluster, workload: str, runs: Path, log) -> tuple[float, int]:
     """The uninterrupted run: its wall time and final progress count."""
     started = time.monotonic()
+    forget_executions(Store.connect(cluster.redis.url))
     rc = start_job(cluster, workload, f"{workload}-ref", runs, log).wait()
     cluster.reap_ray()
     if rc != 0:
@@ -160,6 +201,7 @@ def run_chaos(cluster: Cluster, workload: str, runs: Path, log, total: int, rng:
     the reference's `total` (shares drawn by `rng`, sorted); a driver that ended is started
     again until the job finishes."""
     experiment = f"{workload}-chaos"
+    forget_executions(Store.connect(cluster.redis.url))  # not the reference's results: the sandboxes must work
     points = POINTS[workload][:]
     rng.shuffle(points)
     pending = list(zip(points, sorted(max(1, int(rng.uniform(*SHARES) * total)) for _ in points), strict=True))
@@ -185,6 +227,8 @@ def run_chaos(cluster: Cluster, workload: str, runs: Path, log, total: int, rng:
                     "at_s": round(time.monotonic() - t0, 1)}
             if pid is None or job.poll() is not None:
                 why = "the run had finished" if job.poll() is not None else f"no such process within {FIND_WAIT_S} s"
+                if point not in ("driver", "redis"):  # what the lookup saw, for the report
+                    why += f" (seen: {census(cluster.ray_tmp)})"
                 kills.append(kill | {"made": False, "why": why})
                 print(json.dumps({workload: kills[-1]}), flush=True)
                 continue
@@ -230,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             report[workload] = {"reference_s": round(ref_s, 1), "chaos_s": round(chaos_s, 1), "progress": total,
                                 **outcome, "checks": compare(ref, chaos), "reference": summary(ref),
                                 "chaos": summary(chaos)}
+            if not all(report[workload]["checks"].values()) and workload == "soar":
+                report[workload]["differences"] = differences(ref, chaos)
             print(json.dumps({workload: report[workload]}, indent=1, default=str), flush=True)
     finally:
         cluster.close()

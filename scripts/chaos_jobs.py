@@ -78,14 +78,16 @@ def snapshot(store: Store, workload: str, experiment: str, runs: Path) -> dict[s
     status = store.experiments.get(experiment).status
     if workload == "soar":
         archive = store.archive(experiment)
-        tasks = sorted(archive.counts())
+        records = {t: {r["code_hash"]: r for r in archive.get_task(t, with_code=False)} for t in sorted(archive.counts())}
         return {
             "counts": archive.counts(),
-            "programs": {t: sorted(r["code_hash"] for r in archive.get_task(t, with_code=False)) for t in tasks},
+            "programs": {t: sorted(recs) for t, recs in records.items()},
             "budgets": {k.decode(): int(v) for k, v in sorted(c.hgetall(keys.exp(experiment, "counters")).items())
                         if b":sampled:" in k or b":refined:" in k},
             "versions": [(m.version, m.note) for m in store.models(experiment).list()],
             "status": status,
+            "detail": {t: {h: [r.get("kind"), r.get("iteration"), r.get("parent"), r.get("statuses")]
+                           for h, r in recs.items()} for t, recs in records.items()},  # for differences()
         }
     if workload == "tpo":
         phases, digest = _tpo_state(store, experiment)
@@ -113,7 +115,7 @@ def snapshot(store: Store, workload: str, experiment: str, runs: Path) -> dict[s
 def compare(ref: dict[str, Any], chaos: dict[str, Any]) -> dict[str, bool]:
     """One check per compared field (all must hold), and both runs done. TPO's state digest is
     reported beside them: equal when even the sampled texts match (same batches, same seeds)."""
-    checks = {k: ref[k] == chaos[k] for k in ref if k not in ("status", "info")}
+    checks = {k: ref[k] == chaos[k] for k in ref if k not in ("status", "info", "detail")}
     checks["done"] = ref["status"] == chaos["status"] == "done"
     return checks
 
@@ -121,3 +123,20 @@ def compare(ref: dict[str, Any], chaos: dict[str, Any]) -> dict[str, bool]:
 def summary(snap: dict[str, Any]) -> dict[str, Any]:
     """The part of a snapshot printed in the report."""
     return {k: v for k, v in snap.items() if k in ("counts", "budgets", "versions", "pairs", "info")}
+
+
+def differences(ref: dict[str, Any], chaos: dict[str, Any]) -> dict[str, Any]:
+    """Where two soar snapshots part (for the report when a check fails): per task, the
+    programs only one run has, and the programs both have whose per-input statuses differ
+    (a wall timeout in one run only, a sandbox error archived as a result), each as
+    [kind, iteration, parent, statuses]."""
+    out: dict[str, Any] = {}
+    a, b = ref.get("detail", {}), chaos.get("detail", {})
+    for task in sorted(set(a) | set(b)):
+        x, y = a.get(task, {}), b.get(task, {})
+        diff = {"only_reference": {h: x[h] for h in sorted(set(x) - set(y))},
+                "only_chaos": {h: y[h] for h in sorted(set(y) - set(x))},
+                "statuses_differ": {h: [x[h][3], y[h][3]] for h in sorted(set(x) & set(y)) if x[h][3] != y[h][3]}}
+        if any(diff.values()):
+            out[task] = diff
+    return out

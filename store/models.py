@@ -95,26 +95,35 @@ class ModelRegistry:
             raise ValueError("checkpoint path is empty")
         if parent is not None and not self.client.hexists(self._versions, parent):
             raise KeyError(f"parent version {parent!r} is not registered in {self.experiment!r}")
-        pipe = self.client.pipeline(transaction=True)  # MULTI/EXEC: entry and pointer together
+        # One MULTI/EXEC for the version number, the entry and the pointer: a Redis kill
+        # mid-publish leaves all or nothing, so no number is burnt and a retry publishes the
+        # same "vN". The counter is WATCHed: another publish in between, or a connection lost
+        # at EXEC (redis-py raises WatchError), reads it again.
+        pipe = self.client.pipeline(transaction=True)
+        mv, record = None, b""
         try:
-            if self.fence is not None:  # a driver whose lease was taken over publishes nothing
-                key, token = self.fence
-                pipe.watch(key)
-                if int(pipe.get(key) or -1) != token:
-                    raise self._lost()
-            number = int(self.client.incr(self._counter)) - 1
-            mv = ModelVersion(f"v{number}", str(checkpoint), parent, time.time(), metrics or {}, note,
-                              dict(files or {}))
-            pipe.multi()
-            pipe.hset(self._versions, mv.version, dumps(asdict(mv)))
-            if make_current:
-                pipe.set(self._current, mv.version)
-            pipe.execute()
-        except redis.WatchError:
-            raise self._lost() from None
+            while True:
+                try:
+                    pipe.watch(self._counter, *([self.fence[0]] if self.fence is not None else []))
+                    if self.fence is not None and int(pipe.get(self.fence[0]) or -1) != self.fence[1]:
+                        raise self._lost()  # a driver whose lease was taken over publishes nothing
+                    if mv is not None and pipe.hget(self._versions, mv.version) == record:
+                        return mv  # the last try's EXEC landed; only its reply was lost
+                    number = int(pipe.get(self._counter) or 0)
+                    mv = ModelVersion(f"v{number}", str(checkpoint), parent, time.time(), metrics or {}, note,
+                                      dict(files or {}))
+                    record = dumps(asdict(mv))
+                    pipe.multi()
+                    pipe.set(self._counter, number + 1)
+                    pipe.hset(self._versions, mv.version, record)
+                    if make_current:
+                        pipe.set(self._current, mv.version)
+                    pipe.execute()
+                    return mv
+                except redis.WatchError:
+                    continue  # read the fence and the counter again (a moved fence raises)
         finally:
             pipe.reset()
-        return mv
 
     def _lost(self) -> Exception:
         from store.lease import LeaseLost

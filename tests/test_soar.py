@@ -187,3 +187,36 @@ def test_a_lost_sandbox_is_never_the_result_archived_for_a_program(store, experi
         fresh = executor.execute(tasks[tid], cand.code)
         assert list(cand.statuses) == [r.status for r in fresh.train + fresh.test]
         assert list(cand.train_correct) == [bool(r.correct) for r in fresh.train]
+
+
+def test_a_search_resumed_mid_refinement_draws_what_an_uninterrupted_one_draws(store, experiment_name, engine,
+                                                                                executor, tasks):
+    """REX's parent choice is seeded per refinement batch, not once per search: a search
+    killed after its first refinement batch and resumed picks the parents, and so writes the
+    programs, an uninterrupted one does (the soar chaos run once ended one program apart)."""
+    cfg = search_cfg(samples_per_task=4, refinements_per_task=12, batch=4)
+    filters = FilterConfig(refine_ignores=("error", "invalid_grid"))
+    tid = TASK_IDS[0]
+
+    def drawn(experiment):
+        return sorted((r["code_hash"], r["kind"], r["parent"]) for r in store.archive(experiment).get_task(tid))
+
+    whole, _ = make_search(cfg, store, f"{experiment_name}-whole", engine, executor, filters=filters)
+    asyncio.run(whole.run({tid: tasks[tid]}))
+    batches = []
+
+    def die_after_first_refinement(task_id, n):
+        if n:
+            batches.append(n)
+            if len(batches) == 2:  # one sampling batch, then one refinement batch archived
+                raise KeyboardInterrupt("simulated kill")
+
+    first, _ = make_search(cfg, store, experiment_name, engine, executor, filters=filters,
+                           on_progress=die_after_first_refinement)
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(first.run({tid: tasks[tid]}))
+    assert store.archive(experiment_name).counters([f"it0:refined:{tid}"]) == [4]
+    resumed, _ = make_search(cfg, store, experiment_name, engine, executor, filters=filters)
+    asyncio.run(resumed.run({tid: tasks[tid]}))
+    assert store.archive(experiment_name).counters([f"it0:refined:{tid}"]) == [12]
+    assert drawn(experiment_name) == drawn(f"{experiment_name}-whole")

@@ -67,6 +67,37 @@ def test_model_registry_versions_lineage_and_current(store: Store, experiment_na
     assert len(models.list()) == 2
 
 
+def test_a_publish_that_fails_before_its_transaction_burns_no_version(store: Store, experiment_name: str,
+                                                                     monkeypatch):
+    """Redis killed mid-publish: the retry publishes the same "vN", and no number is skipped
+    (the counter was once incremented outside the transaction)."""
+    from _breakers import fail_first_transaction
+
+    models = store.models(experiment_name)
+    models.publish("/ckpt/seed")
+    calls = fail_first_transaction(monkeypatch)
+    with pytest.raises(redis.ConnectionError):
+        models.publish("/ckpt/it1", parent="v0", note="iteration 1")
+    assert calls and [m.version for m in models.list()] == ["v0"]
+    assert models.publish("/ckpt/it1", parent="v0", note="iteration 1").version == "v1"  # the retry
+    assert models.publish("/ckpt/it2", parent="v1").version == "v2"
+    assert [m.version for m in models.list()] == ["v0", "v1", "v2"]
+
+
+def test_a_publish_whose_exec_reply_is_lost_is_published_once(store: Store, experiment_name: str, monkeypatch):
+    """The connection dies after Redis applied the transaction: publish tries again, finds
+    its own entry and returns it instead of registering the checkpoint a second time."""
+    from _breakers import fail_first_transaction
+
+    models = store.models(experiment_name)
+    models.publish("/ckpt/seed")
+    calls = fail_first_transaction(monkeypatch, after_exec=True)
+    assert models.publish("/ckpt/it1", parent="v0", note="iteration 1").version == "v1"
+    assert len(calls) == 1  # found, not written again
+    assert [(m.version, m.checkpoint) for m in models.list()] == [("v0", "/ckpt/seed"), ("v1", "/ckpt/it1")]
+    assert models.current().version == "v1" and models.publish("/ckpt/it2").version == "v2"
+
+
 def test_event_stream_is_ordered_and_capped(store: Store, experiment_name: str):
     from store.events import EventLog
 

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from common.faults import InfrastructureError
 from verifiers.arc.grids import Grid, decode_rows, encode_rows
 from verifiers.arc.results import MAX_MESSAGE, STATUSES, InputResult
 
@@ -90,8 +91,9 @@ class SandboxLimits:
         return json.dumps({"version": VERIFIER_VERSION, **asdict(self)}, sort_keys=True)
 
 
-class WorkerLost(RuntimeError):
-    """The worker process died or stopped answering."""
+class WorkerLost(InfrastructureError):
+    """The worker process died or stopped answering (at start too): the machine's failure,
+    retried by the verifier pool, never a program's result."""
 
 
 def _worker_env(paths: Sequence[str]) -> dict[str, str]:
