@@ -53,6 +53,9 @@ class HindsightConfig:
     # Test-time training: among programs equally right on the train pairs, prefer those whose
     # test outputs the weighted majority vote favours (the test answers are never seen).
     vote_weighted: bool = False
+    # Weight of right programs: each becomes this many rows (its task's examples shuffled anew
+    # each time), so a search's few right programs are not drowned by its many wrong ones.
+    correct_repeat: int = 1
     seed: int = 0
 
     def __post_init__(self):
@@ -60,6 +63,8 @@ class HindsightConfig:
             raise ValueError(f"hindsight.per_task={self.per_task} must be >= 1")
         if self.refinement_per_task < 0:
             raise ValueError(f"hindsight.refinement_per_task={self.refinement_per_task} must be >= 0")
+        if self.correct_repeat < 1:
+            raise ValueError(f"hindsight.correct_repeat={self.correct_repeat} must be >= 1")
 
 
 def relabeled_task(task: ArcTask, c: Candidate, rng: random.Random) -> ArcTask | None:
@@ -121,8 +126,10 @@ def sampling_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightConfi
     rows = []
     weights = vote_weights(task, cands) if cfg.vote_weighted else None
     for c in select_programs(cands, cfg, rng, weights):
-        new = relabeled_task(task, c, rng)
-        if new is not None:
+        for _ in range(cfg.correct_repeat if c.train_accuracy == 1.0 else 1):
+            new = relabeled_task(task, c, rng)
+            if new is None:
+                break
             rows.append({"prompt": sampling_prompt(new, style),
                          "completion": completion_from_program(c.code, style),
                          "task_id": task.id, "kind": "sample", "train_accuracy_on_task": c.train_accuracy})

@@ -18,7 +18,15 @@ from store.connection import StoreUnavailable, connect, redact, resolve_url
 from store.events import EventLog
 from store.exec_cache import ExecutionCache
 from store.experiments import ConfigChanged, Experiment, ExperimentRegistry
-from store.lease import Lease, LeaseHeld, LeaseLost, Leases, fence_key, fenced_pipeline
+from store.lease import (
+    Lease,
+    LeaseHeld,
+    LeaseLost,
+    Leases,
+    WriteUnconfirmed,
+    fence_key,
+    fenced_pipeline,
+)
 from store.models import ModelRegistry, ModelVersion
 
 
@@ -70,7 +78,7 @@ class Store:
 
 
 __all__ = [
-    "CandidateArchive", "ConfigChanged", "EventLog", "Lease", "LeaseHeld", "LeaseLost", "Leases", "ExecutionCache", "Experiment", "ExperimentRegistry",
+    "CandidateArchive", "ConfigChanged", "EventLog", "Lease", "LeaseHeld", "LeaseLost", "Leases", "WriteUnconfirmed", "ExecutionCache", "Experiment", "ExperimentRegistry",
     "ModelRegistry", "ModelVersion", "Store", "StoreUnavailable", "code_hash", "connect",
     "content_hash", "fenced_pipeline", "normalize_code", "redact", "resolve_url",
 ]

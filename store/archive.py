@@ -18,7 +18,7 @@ import redis
 
 from store import keys
 from store.codehash import code_hash
-from store.lease import LeaseLost
+from store.lease import LeaseLost, watch_failed
 from store.records import dumps, loads
 
 
@@ -67,8 +67,10 @@ class CandidateArchive:
                 pipe.hsetnx(keys.exp(self.experiment, "marks", name), h, value)
         try:
             results = pipe.execute()
-        except redis.WatchError:
-            raise self._lost() from None
+        except redis.WatchError as e:  # the fence moved, or the connection broke while watching
+            if self.fence is None:
+                raise
+            raise watch_failed(self.client, self.fence, self._lost(), e) from None
         finally:
             pipe.reset()
         return [bool(results[5 * i + 1]) for i in range(len(records))]

@@ -54,6 +54,30 @@ class LeaseLost(RuntimeError):
     """This driver's lease was taken over: it must stop writing (another driver runs now)."""
 
 
+class WriteUnconfirmed(RuntimeError):
+    """The connection to Redis broke at a fenced EXEC while this driver still held its lease:
+    whether the write landed is unknown. Not retried in place (a batch that did land would
+    count twice); the driver stops, and a rerun draws what the store says is missing."""
+
+
+def watch_failed(client: redis.Redis, fence: tuple[str, int], lost: LeaseLost, error: redis.WatchError) -> Exception:
+    """What a WatchError at a fenced EXEC means. redis-py raises it both when the WATCHed fence
+    moved (another driver took over: `lost`) and when the connection died while watching
+    (Redis restarted or the network broke: the lease may well still hold)."""
+    key, token = fence
+    try:
+        current = client.get(key)
+    except redis.RedisError as e:
+        return WriteUnconfirmed(f"the connection to Redis broke at EXEC ({error}) and it cannot be read "
+                                f"again ({e}); whether this write landed is unknown. Rerun the job once "
+                                "Redis answers: it carries on from what was stored.")
+    if current is None or int(current) != token:
+        return lost
+    return WriteUnconfirmed(f"the connection to Redis broke at EXEC ({error}); this driver still holds its "
+                            "lease, but whether this write landed is unknown, so it stops rather than write "
+                            "it twice. Rerun the job: it carries on from what was stored.")
+
+
 def lease_key(experiment: str) -> str:
     return keys.exp(experiment, "lease")
 
@@ -142,7 +166,9 @@ def fenced_pipeline(client: redis.Redis, experiment: str, fence: tuple[str, int]
         yield pipe
         try:
             pipe.execute()
-        except redis.WatchError:
-            raise lost() from None
+        except redis.WatchError as e:
+            if fence is None:
+                raise
+            raise watch_failed(client, fence, lost(), e) from None
     finally:
         pipe.reset()

@@ -79,6 +79,29 @@ def test_right_programs_count_by_code_wrong_ones_by_outputs(task, cands):
     assert [c.code for c in only] == [render(PROGRAMS["rot180"]), render(PROGRAMS["rot180_long"])]
 
 
+def test_correct_repeat_weights_right_programs_with_reshuffled_examples(task, cands):
+    """correct_repeat=3: each right program gives 3 rows, each with its examples in another
+    order; wrong programs still give one. With 1, the rows are today's."""
+    cfg = HindsightConfig(per_task=50, selection="greedy", drop=())
+    once, _ = build_rows({task.id: task}, {task.id: cands}, cfg, iteration=0)
+    thrice, _ = build_rows({task.id: task}, {task.id: cands}, HindsightConfig(per_task=50, selection="greedy", drop=(),
+                                                                              correct_repeat=3), iteration=0)
+    right = {render(PROGRAMS["rot180"]), render(PROGRAMS["rot180_long"])}
+
+    def by_code(rows):
+        out: dict[str, list[str]] = {}
+        for r in rows:
+            out.setdefault(CODE_PREFIX + r["completion"], []).append(r["prompt"])
+        return out
+
+    assert {c: len(p) for c, p in by_code(once).items()} == {c.code: 1 for c in select_programs(cands, cfg, random.Random(0))}
+    counts = {c: len(p) for c, p in by_code(thrice).items()}
+    assert all(counts[c] == (3 if c in right else 1) for c in counts) and set(counts) == set(by_code(once))
+    assert all(len(set(by_code(thrice)[c])) > 1 for c in right)  # not one prompt three times
+    with pytest.raises(ValueError, match="correct_repeat"):
+        HindsightConfig(correct_repeat=0)
+
+
 def test_programs_not_worth_learning_are_filtered_from_the_data(task, cands):
     """SOAR's filters apply to training data: the identity program defines no task to learn."""
     identity = candidate(task, PROGRAMS["identity_like"])

@@ -7,9 +7,11 @@ import socket
 import time
 
 import pytest
+import redis
 
 from store import LeaseHeld, LeaseLost, Store
 from store.lease import lease_key
+from thinking.state import TpoState
 
 
 def _rec(i: int) -> dict:
@@ -94,3 +96,41 @@ def test_scaling_and_tpo_writes_of_a_superseded_driver_are_refused(store: Store,
         tpo.put({"x": 1}, "pairs")
     assert set(sampler.stored("candidates", ["q0", "q1"])) == {"q0"}
     assert set(tpo.get_rows("samples")) == {"i0"} and tpo.get("pairs") is None
+
+
+NAME = "ratchet-test-breaks-at-exec"
+
+
+class _BrokenAtExec(redis.client.Pipeline):
+    """A real pipeline whose connection the server drops just before EXEC (Redis restarted,
+    the network broke): redis-py then raises WatchError, as it does when the fence moves."""
+
+    admin: redis.Redis
+
+    def execute(self, raise_on_error: bool = True):
+        if self.watching:
+            for c in self.admin.client_list():
+                if c["name"] == NAME:
+                    self.admin.client_kill_filter(_id=c["id"])
+        return super().execute(raise_on_error)
+
+
+class _BreaksAtExec(redis.Redis):
+    def pipeline(self, transaction: bool = True, shard_hint=None) -> redis.client.Pipeline:
+        return _BrokenAtExec(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+def test_a_connection_lost_at_exec_is_not_called_a_takeover(store: Store, experiment_name: str, redis_server):
+    """A dropped connection at a fenced EXEC says the write is unconfirmed, not that another
+    driver took the lease (which it did not: the lease still holds)."""
+    client = _BreaksAtExec.from_url(redis_server.url, client_name=NAME)
+    _BrokenAtExec.admin = store.client
+    driver = Store(client)
+    driver.fence(driver.leases(experiment_name).acquire(ttl_s=60))
+    for write in (lambda: driver.archive(experiment_name).add_many([_rec(0)], counters={"n": 1}),
+                  lambda: TpoState(client, experiment_name, driver.fence_for(experiment_name)).put({"x": 1}, "pairs")):
+        with pytest.raises(RuntimeError, match="still holds its lease") as err:  # old code: LeaseLost
+            write()
+        assert type(err.value).__name__ == "WriteUnconfirmed"
+    assert store.leases(experiment_name).holder() is not None  # nobody took it over
+    assert driver.archive(experiment_name).counters(["n"]) == [0]  # killed before EXEC reached the server
