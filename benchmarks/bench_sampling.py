@@ -8,7 +8,7 @@ All four modes sample the same prompts with the same settings, split into the sa
 (`--per-request` prompts each), with the same CPU threads per engine; rounds alternate the
 modes so background load hits them alike, and each mode's median round is reported:
   engine   the transformers engine in this process, one request after another
-  pool1    SamplerPool, 1 actor          (goal: >= 0.9 x engine)
+  pool1    SamplerPool, 1 actor          (goal: >= 0.95 x engine)
   http     ratchet serve over a 1-actor pool, via the openai engine (goal: >= 0.9 x engine)
   pool2    SamplerPool, 2 actors         (scaling, reported as measured)
 A random-weight model rarely emits EOS, so nearly every completion runs to max_tokens.
@@ -36,7 +36,7 @@ from pathlib import Path
 
 from common.sampling import Completion, SamplingParams
 
-GOAL = 0.9  # pool and endpoint tokens/s over the bare engine's
+GOAL = {"pool1": 0.95, "http": 0.9}  # tokens/s over the bare engine's (issue #16)
 
 
 def random_model(path: Path) -> str:
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'mode':8} {'tokens':>7} {'tok/s':>9} {'ratio':>7}  rounds (tok/s)")
     for name in modes:
         ratio = median[name] / median["engine"]
-        label = {"pool1": f"pool1/engine (goal >= {GOAL})", "http": f"http/engine (goal >= {GOAL})",
+        label = {"pool1": f"pool1/engine (goal >= {GOAL['pool1']})", "http": f"http/engine (goal >= {GOAL['http']})",
                  "pool2": "pool2/pool1 (2 actors)"}.get(name, "")
         if name == "pool2":
             ratio = median["pool2"] / median["pool1"]
