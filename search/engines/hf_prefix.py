@@ -7,8 +7,8 @@ and positions continue each row's cached part, so a row's states are those it wo
 a plain left-padded batch (tests/test_prefix_cache.py checks the outputs are equal). The new
 full blocks are stored. A block prefix that every row shares and the cache lacks is run once
 first, so a batch of one task's prompts computes the task once. With `shared`, those common
-blocks are also held once while decoding (search/engines/shared_prefix.py) and each distinct
-row runs its rest alone against them (_prefill_shared): no padding, a repeated prompt once.
+blocks are also held once while decoding (search/engines/shared_prefix.py) and the distinct
+rows run their rests against them in one pass (_prefill_shared): a repeated prompt once.
 """
 
 from __future__ import annotations
@@ -71,45 +71,47 @@ def _prefill_shared(model: Any, rows: list[list[int]], pc: PrefixCache, prefix: 
                     computed: int, *, cache_arg: str, pad_id: int, device: str
                     ) -> tuple[Cache, torch.Tensor, torch.Tensor]:
     """prefill for rows whose first cached blocks agree (`prefix`, per layer (1, heads, P, dim)):
-    held once in a SharedPrefixCache. Each distinct row runs its remaining tokens alone against
-    it (no padding; a prompt repeated in the batch runs once; a row also reuses the blocks an
-    earlier row of the batch just stored), then the rows' columns are laid out as
-    [prefix][pad][own cached blocks][pad][rest], as in a left-padded batch."""
+    held once in a SharedPrefixCache. The distinct rows (a prompt repeated in the batch runs
+    once) run their remaining tokens in one forward pass against it, their columns laid out as
+    [prefix][pad][own cached blocks][pad][rest], as in a left-padded batch; repeats then take
+    their copy's columns."""
     head = prefix[0][0].shape[2]
-    done: dict[tuple[int, ...], tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]] = {}  # row -> (cached, states)
-    for row in rows:
-        if tuple(row) in done:
-            continue
-        blocks = pc.match(row)
-        c = max(len(blocks) * pc.block_tokens, head)
-        one = SharedPrefixCache(prefix, 1)
-        if c > head:
-            for layer, (k, v) in enumerate(_concat(blocks[head // pc.block_tokens :])):
-                one.update(k, v, layer)
-        if len(row) > c:
-            model(input_ids=torch.tensor([row[c:]], device=device), **{cache_arg: one}, use_cache=True)
-            _store(pc, [row], [c], [-head], layer_states(one))  # position j is column j - head
-            computed += len(row) - c
-        done[tuple(row)] = (c, layer_states(one))
-    cached = [done[tuple(r)][0] for r in rows]
-    width_c, width_s = max(cached) - head, max(len(r) - c for r, c in zip(rows, cached, strict=True))
-    cache = SharedPrefixCache(prefix, len(rows))
+    distinct = list(dict.fromkeys(map(tuple, rows)))
+    blocks = [pc.match(list(row)) for row in distinct]
+    cached = [max(len(b) * pc.block_tokens, head) for b in blocks]
+    new = [len(row) - c for row, c in zip(distinct, cached, strict=True)]
+    width_c, width_s = max(cached) - head, max(new)
+    cache = SharedPrefixCache(prefix, len(distinct))
     for layer, (ref, _) in enumerate(prefix):
-        keys = ref.new_zeros((len(rows), ref.shape[1], width_c + width_s, ref.shape[3]))  # pads stay zero (masked)
+        keys = ref.new_zeros((len(distinct), ref.shape[1], width_c, ref.shape[3]))  # pads stay zero (masked)
         values = torch.zeros_like(keys)
-        for r, (row, c) in enumerate(zip(rows, cached, strict=True)):
-            k, v = done[tuple(row)][1][layer]
-            own, new = c - head, len(row) - c
-            keys[r, :, width_c - own : width_c], values[r, :, width_c - own : width_c] = k[0, :, :own], v[0, :, :own]
-            if new:
-                keys[r, :, width_c + width_s - new :], values[r, :, width_c + width_s - new :] = k[0, :, own:], v[0, :, own:]
+        for r, (b, c) in enumerate(zip(blocks, cached, strict=True)):
+            if c > head:
+                k, v = _concat(b[head // pc.block_tokens :])[layer]
+                keys[r, :, width_c - (c - head) :], values[r, :, width_c - (c - head) :] = k[0], v[0]
         cache.update(keys, values, layer)
-    ids = [r[:head] + [pad_id] * (width_c + head - c) + r[head:c] + [pad_id] * (width_s - len(r) + c) + r[c:]
-           for r, c in zip(rows, cached, strict=True)]
-    mask = [[1] * head + [0] * (width_c + head - c) + [1] * (c - head) + [0] * (width_s - len(r) + c) + [1] * (len(r) - c)
-            for r, c in zip(rows, cached, strict=True)]
+    ids = [list(row[:head]) + [pad_id] * (width_c + head - c) + list(row[head:c]) + [pad_id] * (width_s - n) + list(row[c:])
+           for row, c, n in zip(distinct, cached, new, strict=True)]
+    mask = [[1] * head + [0] * (width_c + head - c) + [1] * (c - head) + [0] * (width_s - n) + [1] * n
+            for c, n in zip(cached, new, strict=True)]
+    ids_t, mask_t = torch.tensor(ids, device=device), torch.tensor(mask, device=device)
+    if width_s:
+        positions = [[0] * (width_s - n) + list(range(c, c + n)) for c, n in zip(cached, new, strict=True)]
+        model(input_ids=ids_t[:, head + width_c :], **{cache_arg: cache}, use_cache=True, attention_mask=mask_t,
+              position_ids=torch.tensor(positions, device=device))
+        # row r's position j (j >= its cached c) is own column width_c + width_s - new + (j - c)
+        _store(pc, [list(r) for r in distinct], cached,
+               [width_c + width_s - n - c for c, n in zip(cached, new, strict=True)], layer_states(cache))
+        computed += sum(new)
     pc.record(sum(len(r) + 1 for r in rows), sum(len(r) for r in rows) - computed)  # +1: the last token, run by generate
-    return cache, torch.tensor(ids, device=device), torch.tensor(mask, device=device)
+    if len(distinct) == len(rows):
+        return cache, ids_t, mask_t
+    index = {row: i for i, row in enumerate(distinct)}
+    pick = torch.tensor([index[tuple(r)] for r in rows], device=device)
+    expanded = SharedPrefixCache(prefix, len(rows))
+    for layer, (k, v) in enumerate(layer_states(cache)):
+        expanded.update(k[pick], v[pick], layer)
+    return expanded, ids_t[pick], mask_t[pick]
 
 
 def _concat(blocks: list[Any]) -> list[tuple[torch.Tensor, torch.Tensor]]:
