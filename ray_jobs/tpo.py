@@ -72,6 +72,7 @@ def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path):
                            max_steps=t.max_steps, learning_rate=t.learning_rate, beta=t.beta, lora=t.lora,
                            per_device_train_batch_size=t.batch_size, max_length=t.max_length,
                            disable_tqdm=True, logging_steps=max(1, t.max_steps // 5), seed=iteration,
+                           completion_eos=not cfg.pairs.divergence_words,  # windows stop mid-thought
                            **dpo_loss(t.sft_weight),
                            **training_args(cfg.tracking, run_dir, out.name))
         result = await train_dpo_remote(job, rows)

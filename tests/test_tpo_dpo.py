@@ -74,3 +74,48 @@ def test_sft_weight_adds_an_nll_term_on_chosen_and_refuses_negative_weights():
     assert job.loss_type == ["sigmoid", "sft"] and job.loss_weights == [1.0, 0.5]
     with pytest.raises(ValueError, match="train.sft_weight"):
         TrainConfig(sft_weight=-1.0)
+
+
+def test_divergence_windows_move_the_common_prefix_into_the_prompt():
+    from thinking.pairs import at_divergence
+
+    prompt = "Q: 9+5-1+6\nWork:"
+    chosen, rejected = " 9+5=14. 14-1=13. 13+6=19. So: 19", " 9+5=14. 14-1=12. 12+6=18. So: 18"
+    assert at_divergence(prompt, chosen, rejected, 1) == (prompt + " 9+5=14. ", "14-1=13.", "14-1=12.")
+    assert at_divergence(prompt, chosen, rejected, 2)[1:] == ("14-1=13. 13+6=19.", "14-1=12. 12+6=18.")
+    assert at_divergence(prompt, " 7", " 8", 1) == (prompt + " ", "7", "8")  # a direct answer: the whole of it
+    assert at_divergence(prompt, " 1 2", " 1 2", 1) is None  # no difference, no pair
+    pairs = [{"prompt": prompt, "chosen": chosen, "rejected": rejected}, {"prompt": prompt, "chosen": " 1", "rejected": " 1"}]
+    assert trl_rows(pairs, divergence_words=1) == [{"prompt": prompt + " 9+5=14. ", "chosen": "14-1=13.",
+                                                    "rejected": "14-1=12."}]
+    assert trl_rows(pairs[:1]) == [{"prompt": prompt, "chosen": chosen, "rejected": rejected}]  # default: whole
+    with pytest.raises(ValueError, match="divergence_words needs plain-text prompts"):
+        trl_rows([{"prompt": [{"role": "user", "content": "hi"}], "chosen": "a", "rejected": "b"}], 1)
+    with pytest.raises(ValueError, match="pairs.divergence_words"):
+        PairsConfig(divergence_words=-1)
+
+
+def test_windows_cut_mid_thought_are_not_ended_with_eos(tmp_path_factory, tmp_path):
+    """TRL appends EOS to plain-text completions; a window that stops mid-thought must not
+    teach the model to stop there (completion_eos=False takes it off), whole completions keep it."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from training.dpo import DPOJobConfig, _NoEosDPOTrainer
+
+    path = build_models(tmp_path_factory)["trained"]
+    tok = AutoTokenizer.from_pretrained(path)
+    rows = trl_rows(build_pairs(groups(3, 4), 0.0, PairsConfig())[0], divergence_words=1)
+
+    def prepared(cls, completion_eos: bool) -> list[list[int]]:
+        args = DPOJobConfig(model_path=path, output_dir=str(tmp_path / str(completion_eos)), max_length=64,
+                            completion_eos=completion_eos, report_to="none")
+        trainer = cls(model=AutoModelForCausalLM.from_pretrained(path), args=args,
+                      train_dataset=Dataset.from_list(rows), processing_class=tok)
+        return list(trainer.train_dataset["chosen_ids"]) + list(trainer.train_dataset["rejected_ids"])
+
+    from trl import DPOTrainer
+
+    assert all(ids[-1] == tok.eos_token_id for ids in prepared(DPOTrainer, True))
+    cut = prepared(_NoEosDPOTrainer, False)
+    assert cut and all(ids and tok.eos_token_id not in ids for ids in cut)

@@ -179,7 +179,7 @@ class TpoLoop:
             return found
         if not pairs:
             return self.models.publish(start.checkpoint, parent=start.version, metrics={"pairs": 0}, note=note)
-        checkpoint, metrics = await self.train_fn(trl_rows(pairs), start, arm, iteration)
+        checkpoint, metrics = await self.train_fn(trl_rows(pairs, self.cfg.pairs.divergence_words), start, arm, iteration)
         return self.models.publish(checkpoint, parent=start.version, metrics=metrics | counts, note=note)
 
     async def measure(self, arm: str, version: Any, heldout: list[dict[str, str]]) -> dict[int, list[Sample]]:

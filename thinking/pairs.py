@@ -10,10 +10,17 @@ whose parsed samples all score the same gives no pair (there is no preference to
 Unparsable outputs join as rejected (chosen: the group's best), capped at
 `unparsable_share` of all pairs. The thought stays inside chosen and rejected: a pair
 holds the whole completion the model wrote.
+
+With `divergence_words` > 0, `trl_rows` trains on the first point where chosen and rejected
+differ instead: their common prefix joins the prompt and each keeps that many words from
+there. Full sequences push down every token of the rejected sample after the divergence,
+including steps it got right from a value it got wrong; the window keeps only the first
+difference (the label still comes from the judged responses alone).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +33,9 @@ class PairsConfig:
     rho_steps: int = 11  # grid points searched in [0, rho_max]
     unparsable_share: float = 0.1  # at most this share of the pairs has an unparsable rejected (paper: ~10%)
     length_of: str = "response"  # length control on the response (the judged part) or the "completion"
+    # > 0: DPO on the first point where chosen and rejected differ, this many words of each (the
+    # common prefix joins the prompt); 0: whole completions, as the paper trains
+    divergence_words: int = 0
 
     def __post_init__(self):
         if not 0 <= self.rho_max <= 0.5:
@@ -34,6 +44,8 @@ class PairsConfig:
             raise ValueError(f"pairs.rho_steps={self.rho_steps} must be >= 2")
         if not 0 <= self.unparsable_share < 1:
             raise ValueError(f"pairs.unparsable_share={self.unparsable_share} must be in [0, 1)")
+        if self.divergence_words < 0:
+            raise ValueError(f"pairs.divergence_words={self.divergence_words} must be >= 0 (0: whole completions)")
         if self.length_of not in ("response", "completion"):
             raise ValueError(f"pairs.length_of={self.length_of!r} must be 'response' or 'completion'")
 
@@ -142,11 +154,35 @@ def build_pairs(groups: list[Group], rho: float, cfg: PairsConfig) -> tuple[list
     return pairs + extra, counts
 
 
-def trl_rows(pairs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Only TRL's columns (plain text prompts; chat prompts become conversational rows)."""
+def at_divergence(prompt: str, chosen: str, rejected: str, words: int) -> tuple[str, str, str] | None:
+    """(prompt + common prefix, `words` words of chosen, of rejected) from the start of the word in
+    which they first differ; None when the windows come out equal or one is empty."""
+    same = 0
+    while same < min(len(chosen), len(rejected)) and chosen[same] == rejected[same]:
+        same += 1
+    cut = max(chosen.rfind(" ", 0, same), chosen.rfind("\n", 0, same)) + 1  # the diverging word's start
+
+    def window(text: str) -> str:
+        return "".join(re.findall(r"\S+\s*", text[cut:])[:words]).rstrip()
+
+    c, r = window(chosen), window(rejected)
+    if not c or not r or c == r:
+        return None
+    return prompt + chosen[:cut], c, r
+
+
+def trl_rows(pairs: list[dict[str, Any]], divergence_words: int = 0) -> list[dict[str, Any]]:
+    """Only TRL's columns (plain text prompts; chat prompts become conversational rows), whole
+    completions or, with `divergence_words`, the window at their first difference (see above)."""
     out = []
     for p in pairs:
-        if isinstance(p["prompt"], list):
+        if divergence_words:
+            if not isinstance(p["prompt"], str):
+                raise ValueError("pairs.divergence_words needs plain-text prompts (prompt.style: plain)")
+            cut = at_divergence(p["prompt"], p["chosen"], p["rejected"], divergence_words)
+            if cut is not None:
+                out.append(dict(zip(("prompt", "chosen", "rejected"), cut, strict=True)))
+        elif isinstance(p["prompt"], list):
             out.append({"prompt": p["prompt"], "chosen": [{"role": "assistant", "content": p["chosen"]}],
                         "rejected": [{"role": "assistant", "content": p["rejected"]}]})
         else:

@@ -9,7 +9,7 @@ base with adapters disabled). `train_dpo_remote` runs it as a Ray task.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
@@ -25,12 +25,30 @@ DPO_COLUMNS = ("prompt", "chosen", "rejected")
 class DPOJobConfig(RatchetTrainFields, DPOConfig):
     """TRL's DPOConfig plus ratchet's fields (and its changed defaults, see RatchetTrainFields)."""
 
+    completion_eos: bool = field(default=True, metadata={
+        "help": "End chosen and rejected with EOS, as TRL does for plain-text rows; False for completions "
+                "cut mid-text (pairs at their divergence), which must not teach the model to stop there."})
+
+
+class _NoEosDPOTrainer(DPOTrainer):
+    """DPOTrainer that takes off the EOS TRL appends to every plain-text completion."""
+
+    def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+        prepared = super()._prepare_dataset(dataset, processing_class, args, dataset_name)
+        eos = self._tokenizer.eos_token_id
+
+        def strip(row: dict[str, Any]) -> dict[str, Any]:
+            return {k: row[k][:-1] if row[k] and row[k][-1] == eos else row[k] for k in ("chosen_ids", "rejected_ids")}
+
+        return prepared.map(strip)
+
 
 def train_dpo(
     cfg: DPOJobConfig, data: Dataset | list[dict[str, Any]] | str, callbacks: list | None = None
 ) -> TrainResult:
     """Preference-tune cfg.model_path on prompt/chosen/rejected pairs; returns the checkpoint."""
-    return run_trainer(DPOTrainer, cfg, data, DPO_COLUMNS, callbacks, {"method": "dpo", "beta": cfg.beta})
+    trainer = DPOTrainer if cfg.completion_eos else _NoEosDPOTrainer
+    return run_trainer(trainer, cfg, data, DPO_COLUMNS, callbacks, {"method": "dpo", "beta": cfg.beta})
 
 
 def train_dpo_remote(cfg: DPOJobConfig, data: Dataset | list[dict[str, Any]] | str):
