@@ -32,7 +32,9 @@ PATTERNS = [
     r"[\w ]{1,3}[\s]?[^\W\d]",
     r"a{2}b{1,}c{0,2}",
 ]
-UNSUPPORTED = [r"^a", r"a$", r"a(?=b)", r"(?<!a)b", r"(a)\1", r"(?i)a", r"\ba", r"a*+", r"(?>ab)", r"(ab){1,150000}"]
+UNSUPPORTED = [r"^a", r"a$", r"a(?=b)", r"(?<!a)b", r"(a)\1", r"(?i)a", r"\ba", r"a*+", r"(?>ab)", r"(ab){1,150000}",
+               # syntax the `regex` module reads one way and `re`'s parser another (built wrong before)
+               r"[[:digit:]]", r"[x[:^alpha:]]", r"(?:ab){e<=1}", r"x{i<=1}", r"[a[b]"]
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +82,16 @@ def test_patterns_the_automaton_does_not_model_fall_back_to_the_scan(pattern, de
         RegexAutomaton(pattern)
     constraint = TokenRegex(pattern, demo_tokenizer)
     assert constraint.automaton is None and constraint.allowed("").numel() > 0
+
+
+def test_regex_module_syntax_is_refused_not_misread():
+    """`re` reads [[:digit:]] as a set of '[', ':', 'd', ... then ']': an automaton built from
+    that would forbid '1', which `regex` matches."""
+    assert regex.fullmatch(r"[[:digit:]]", "1") is not None
+    with pytest.raises(Unsupported, match="POSIX class"):
+        RegexAutomaton(r"[[:digit:]]")
+    for fine in (r"a{2,3}", r"a{3}", r"[\[a]b", r"x\[y\]"):  # counted repeats and escaped brackets still build
+        RegexAutomaton(fine)
 
 
 def test_masks_are_kept_per_state_not_per_text(demo_tokenizer):

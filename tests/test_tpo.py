@@ -256,3 +256,18 @@ def test_restart_with_another_seed_is_refused(store, experiment_name):
                     sampler=StubSampler(), judge=RecordingJudge(), train=None, seed_checkpoint="/ckpt/other")
     with pytest.raises(ValueError, match="use a new experiment name"):
         other.seed_version()
+
+
+def test_pairs_that_windows_drop_publish_the_start_model_untrained(store, experiment_name):
+    """With pairs.divergence_words, pairs whose windows come out equal are dropped; when none
+    is left the round publishes its start model instead of training on an empty dataset."""
+    from dataclasses import replace
+
+    cfg = tiny_cfg(experiment_name)
+    cfg = replace(cfg, pairs=replace(cfg.pairs, divergence_words=2))
+    trained: list = []
+    loop = make_loop(cfg, store, StubSampler(), RecordingJudge(), trained)
+    start = store.models(cfg.experiment).publish("/ckpt/seed", note="seed")
+    pairs = [{"prompt": "Q: 1+1\nWork:", "chosen": " a b", "rejected": " a b ", "instruction_id": "i0", "kind": "scored"}]
+    version = asyncio.run(loop.train_and_publish("thought", 0, pairs, start, {"pairs": 1}))
+    assert trained == [] and version.checkpoint == "/ckpt/seed" and version.metrics == {"pairs": 0}

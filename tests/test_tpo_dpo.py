@@ -85,6 +85,7 @@ def test_divergence_windows_move_the_common_prefix_into_the_prompt():
     assert at_divergence(prompt, chosen, rejected, 2)[1:] == ("14-1=13. 13+6=19.", "14-1=12. 12+6=18.")
     assert at_divergence(prompt, " 7", " 8", 1) == (prompt + " ", "7", "8")  # a direct answer: the whole of it
     assert at_divergence(prompt, " 1 2", " 1 2", 1) is None  # no difference, no pair
+    assert at_divergence("P:", "ans\t5", "ans\t6", 1) == ("P:ans\t", "5", "6")  # any whitespace ends a word
     pairs = [{"prompt": prompt, "chosen": chosen, "rejected": rejected}, {"prompt": prompt, "chosen": " 1", "rejected": " 1"}]
     assert trl_rows(pairs, divergence_words=1) == [{"prompt": prompt + " 9+5=14. ", "chosen": "14-1=13.",
                                                     "rejected": "14-1=12."}]

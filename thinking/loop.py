@@ -177,9 +177,10 @@ class TpoLoop:
         found = next((m for m in self.models.list() if m.note == note), None)
         if found is not None:  # trained before a restart
             return found
-        if not pairs:
+        rows = trl_rows(pairs, self.cfg.pairs.divergence_words)  # windows may drop pairs that do not differ
+        if not rows:
             return self.models.publish(start.checkpoint, parent=start.version, metrics={"pairs": 0}, note=note)
-        checkpoint, metrics = await self.train_fn(trl_rows(pairs, self.cfg.pairs.divergence_words), start, arm, iteration)
+        checkpoint, metrics = await self.train_fn(rows, start, arm, iteration)
         return self.models.publish(checkpoint, parent=start.version, metrics=metrics | counts, note=note)
 
     async def measure(self, arm: str, version: Any, heldout: list[dict[str, str]]) -> dict[int, list[Sample]]:

@@ -160,7 +160,7 @@ def at_divergence(prompt: str, chosen: str, rejected: str, words: int) -> tuple[
     same = 0
     while same < min(len(chosen), len(rejected)) and chosen[same] == rejected[same]:
         same += 1
-    cut = max(chosen.rfind(" ", 0, same), chosen.rfind("\n", 0, same)) + 1  # the diverging word's start
+    cut = max((m.end() for m in re.finditer(r"\s", chosen[:same])), default=0)  # the diverging word's start
 
     def window(text: str) -> str:
         return "".join(re.findall(r"\S+\s*", text[cut:])[:words]).rstrip()

@@ -81,13 +81,14 @@ def _prefill_shared(model: Any, rows: list[list[int]], pc: PrefixCache, prefix: 
     cached = [max(len(b) * pc.block_tokens, head) for b in blocks]
     new = [len(row) - c for row, c in zip(distinct, cached, strict=True)]
     width_c, width_s = max(cached) - head, max(new)
+    own = [_concat(b[head // pc.block_tokens :]) if c > head else None for b, c in zip(blocks, cached, strict=True)]
     cache = SharedPrefixCache(prefix, len(distinct))
     for layer, (ref, _) in enumerate(prefix):
         keys = ref.new_zeros((len(distinct), ref.shape[1], width_c, ref.shape[3]))  # pads stay zero (masked)
         values = torch.zeros_like(keys)
-        for r, (b, c) in enumerate(zip(blocks, cached, strict=True)):
-            if c > head:
-                k, v = _concat(b[head // pc.block_tokens :])[layer]
+        for r, c in enumerate(cached):
+            if own[r] is not None:
+                k, v = own[r][layer]
                 keys[r, :, width_c - (c - head) :], values[r, :, width_c - (c - head) :] = k[0], v[0]
         cache.update(keys, values, layer)
     ids = [list(row[:head]) + [pad_id] * (width_c + head - c) + list(row[head:c]) + [pad_id] * (width_s - n) + list(row[c:])

@@ -119,10 +119,27 @@ class _NFA:
         raise Unsupported(f"{op}")  # AT (anchors, \b), ASSERT, GROUPREF, ATOMIC_GROUP, POSSESSIVE_REPEAT, ...
 
 
+# Syntax the `regex` module gives a meaning that Python's `re` parser reads as plain characters:
+# POSIX classes ([[:digit:]]), fuzzy constraints ({e<=1}), sets inside sets. Such a pattern
+# would be built into another language, so it is refused (the caller scans instead).
+_REGEX_ONLY = (
+    (re.compile(r"\[:|:\]"), "a POSIX class ([:name:])"),
+    (re.compile(r"\{[^}]*[^\d,}][^}]*\}"), "a brace that is not a counted repeat (fuzzy matching?)"),
+    (re.compile(r"(?<!\\)\[(?:\\.|[^\]\\])*(?<!\\)\["), "a '[' inside a character set"),
+)
+
+
+def _read_differently(pattern: str) -> str | None:
+    """Why `re` and `regex` may read `pattern` differently, or None (a conservative check)."""
+    return next((f"{why}: `regex` and `re` read it differently" for rx, why in _REGEX_ONLY if rx.search(pattern)), None)
+
+
 class RegexAutomaton:
     """A pattern's lazily built DFA over characters. States are ints; DEAD (0) is the empty set."""
 
     def __init__(self, pattern: str):
+        if reason := _read_differently(pattern):
+            raise Unsupported(reason)
         try:
             parsed = P.parse(pattern)
         except re.error as e:

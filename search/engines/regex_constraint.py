@@ -93,7 +93,7 @@ class TokenRegex:
         slot = (key, like.shape[-1], str(like.device), like.dtype)
         found = self._masks.get(slot)
         if found is None:
-            if self.automaton is None and len(self._masks) > 10_000:  # scanning: one per text
+            if len(self._masks) > (10_000 if self.automaton is None else 4_096):  # scanning: one per text
                 self._masks.clear()
             found = torch.full(like.shape[-1:], float("-inf"), dtype=like.dtype, device=like.device)
             found[self._allowed_for(key).to(like.device)] = 0.0
