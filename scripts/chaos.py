@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             report[workload] = {"reference_s": round(ref_s, 1), "chaos_s": round(chaos_s, 1), "progress": total,
                                 **outcome, "checks": compare(ref, chaos), "reference": summary(ref),
                                 "chaos": summary(chaos)}
-            if not all(report[workload]["checks"].values()) and workload == "soar":
+            if not all(report[workload]["checks"].values()) and "detail" in ref:  # soar's snapshots
                 report[workload]["differences"] = differences(ref, chaos)
             print(json.dumps({workload: report[workload]}, indent=1, default=str), flush=True)
     finally:

@@ -20,6 +20,7 @@ difference (the label still comes from the judged responses alone).
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -157,9 +158,7 @@ def build_pairs(groups: list[Group], rho: float, cfg: PairsConfig) -> tuple[list
 def at_divergence(prompt: str, chosen: str, rejected: str, words: int) -> tuple[str, str, str] | None:
     """(prompt + common prefix, `words` words of chosen, of rejected) from the start of the word in
     which they first differ; None when the windows come out equal or one is empty."""
-    same = 0
-    while same < min(len(chosen), len(rejected)) and chosen[same] == rejected[same]:
-        same += 1
+    same = len(os.path.commonprefix([chosen, rejected]))
     cut = max((m.end() for m in re.finditer(r"\s", chosen[:same])), default=0)  # the diverging word's start
 
     def window(text: str) -> str:

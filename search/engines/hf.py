@@ -9,8 +9,8 @@ unlike vLLM's per-request seeds, a row's sample also depends on the batch it sha
 (search/engines/regex_constraint.py: allowed-token masks per state of the pattern's automaton,
 kept across calls; `regex_automaton=False` scans the vocabulary per completion text instead).
 Prompt states are also shared across calls: a bounded prefix cache
-(search/engines/prefix_cache.py, vLLM's automatic prefix caching scheme) serves the blocks of a prompt that an earlier prompt already computed;
-`prefix_cache_bytes=0` turns it off. While decoding, a prefix that every row of a batch
+(search/engines/prefix_cache.py, vLLM's automatic prefix caching scheme) serves the blocks
+of a prompt that an earlier prompt already computed; `prefix_cache_bytes=0` turns it off. While decoding, a prefix that every row of a batch
 shares (a prompt's n samples; the block prefix of a task's refinement prompts) is held once,
 not once per row (search/engines/shared_prefix.py); `shared_prefix=False` copies it per row.
 """

@@ -33,7 +33,7 @@ class Unsupported(ValueError):
     """The pattern uses a construct this automaton does not model."""
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=8192)  # (category, character): a vocabulary's characters, six categories
 def _category(code: object, ch: str) -> bool:
     """A character class escape (\\d, \\w, \\s and their negations), as the `regex` module reads it."""
     escape = {C.CATEGORY_DIGIT: r"\d", C.CATEGORY_NOT_DIGIT: r"\D", C.CATEGORY_SPACE: r"\s",
