@@ -218,6 +218,8 @@ def test_scaling_job_end_to_end_on_a_real_model(store, experiment_name, tmp_path
                                     "verification_tie"}
     assert {(d["strategy"], d["k"]) for d in saved["differences"]} >= {("verification", 4), ("verification_tie", 4)}
     assert set(saved["unparsable"]) == {"verdicts", "comparisons"}
+    own = saved["own_verification"]
+    assert own["correct_candidates"] + own["wrong_candidates"] == 16
     assert "Paired differences" in (out / "report.md").read_text()
     assert [p["k"] for p in saved["curves"]["verification"]] == [1, 2, 4]
     assert saved["heatmap"]["k_verif_values"] == [1, 2]
@@ -274,3 +276,13 @@ def test_a_scaling_job_that_fails_reads_failed(store, experiment_name, tmp_path)
         execute(JOB, cfg, store=store)
     record = store.experiments.get(experiment_name)
     assert record.status == "failed" and "tokenizer" in record.error  # the error, recorded
+
+
+def test_own_verification_is_the_verdicts_on_the_pools_own_candidates():
+    import numpy as np
+    correct = np.array([[True, False, False]])
+    verdicts = np.array([[[1, 1, 0, -1], [0, 0, 1, -1], [0, 0, 0, 0]]], np.int8)
+    pool = ScoredPool(["q"], correct, np.array([[0, 1, 2]], np.int32), np.array([[True, False, False]]),
+                      verdicts, np.zeros((1, 3, 3, 3), np.int32), np.zeros((1, 3)))
+    own = pool.own_verification()
+    assert own == {"on_correct": 0.5, "on_wrong": (0.5 + 1.0) / 2, "correct_candidates": 1, "wrong_candidates": 2}

@@ -6,7 +6,13 @@ import random
 
 import pytest
 
-from search.scaling.arith_problems import check_text, corrupt, make_problems, seed_corpus
+from search.scaling.arith_problems import (
+    check_redo,
+    check_text,
+    corrupt,
+    make_problems,
+    seed_corpus,
+)
 from verifiers.math_answers import (
     extract_answer,
     group_answers,
@@ -126,3 +132,31 @@ def test_seed_corpus_mixes_solving_verifying_and_comparing():
             assert r["prompt"].endswith("A:") and extract_answer(r["completion"]) is not None
             kinds["solve"] += 1
     assert all(n > 20 for n in kinds.values()), kinds
+
+
+def test_the_redo_check_redoes_each_result_and_stops_at_the_first_bad_step():
+    rng = random.Random(1)
+    for kind in ("arith", "carry", "answer"):
+        for _ in range(100):
+            start, ops = rng.randint(2, 30), [("+", rng.randint(1, 9)), ("-", rng.randint(1, 5))]
+            steps, answer, bad = corrupt(rng, start, ops, kinds=(kind,))
+            text, verdict = check_redo(steps, answer, start)
+            assert verdict == 0 and answer != start + ops[0][1] - ops[1][1], (kind, steps, answer)
+            assert text.count(" ok.") == bad and text.endswith("bad."), (kind, text)
+            if kind == "carry":  # the step that does not start from the last result names it
+                assert f" from {steps[bad - 1][3]} bad." in text
+    good, _, _ = corrupt(rng, 7, [("+", 5), ("-", 3)], kinds=("answer",))
+    text, verdict = check_redo(good, 9, 7)
+    assert verdict == 1 and text == "7+5 is 12, says 12 ok. 12-3 is 9, says 9 ok. Answer is 9, says 9 ok."
+    text, verdict = check_redo([(7, "+", 5, 12), (12, "-", 3, 8)], 8, 7)
+    assert verdict == 0 and text.endswith("12-3 is 9, says 8 bad.")
+
+
+def test_seed_corpus_refuses_an_unknown_check_and_the_redo_rows_parse():
+    with pytest.raises(ValueError, match="check='steps'"):
+        seed_corpus(n=5, check="steps")
+    rows = seed_corpus(n=300, seed=2, check="redo")
+    verdicts = [parse_verification(r["completion"]).value for r in rows if r["prompt"].endswith("Check:")]
+    assert set(verdicts) == {0, 1}
+    assert all(parse_comparison(r["completion"]).ok for r in rows if r["prompt"].endswith("Compare:"))
+    assert seed_corpus(n=300, seed=2) != rows  # the default check is unchanged ("step")

@@ -77,13 +77,29 @@ def make_problems(n: int, seed: int = 0, min_steps: int = 2, max_steps: int = 3)
     return rows
 
 
-def corrupt(rng: random.Random, start: int, ops: list[tuple[str, int]]) -> tuple[list, int, int]:
+def corrupt(rng: random.Random, start: int, ops: list[tuple[str, int]],
+            kinds: tuple[str, ...] = ("arith", "arith", "flip", "answer")) -> tuple[list, int, int]:
     """A subtly wrong solution: (steps, stated answer, index of the first bad step).
 
     The first bad index may equal len(steps): the steps are right but the answer line is not.
+    Kinds: "arith" (a result off by a little), "flip" (the other operation, computed right),
+    "answer" (the answer line disagrees with the last step), "carry" (a step starts from a value
+    the step before did not give, then computes right).
     """
     steps = _steps(start, ops)
-    kind = rng.choice(["arith", "arith", "flip", "answer"])
+    kind = rng.choice(kinds)
+    if kind == "carry" and len(steps) > 1:
+        i = rng.randrange(1, len(steps))
+        v = steps[i][0] + rng.choice([-2, -1, 1, 2, 10])
+        v = v if v >= 0 else steps[i][0] + 1
+        bad = steps[:i]
+        for _, op2, b2, _ in steps[i:]:
+            r2 = v + b2 if op2 == "+" else v - b2
+            bad.append((v, op2, b2, r2))
+            v = r2
+        return bad, v, i
+    if kind == "carry":
+        kind = "arith"
     if kind == "answer":
         final = steps[-1][3]
         wrong = final + rng.choice([-2, -1, 1, 2, 10])
@@ -120,13 +136,50 @@ def check_text(steps: list[tuple[int, str, int, int]], answer: int, ops: list[tu
     return " ".join(parts), int(good)
 
 
+def check_redo(steps: list[tuple[int, str, int, int]], answer: int, start: int) -> tuple[str, int]:
+    """A check that reads the candidate: each step's operands copied, its result redone before the
+    candidate's is copied beside it ("15-5 is 10, says 11: bad."), a step that does not start from the
+    step before's result marked ("12+3 from 13: bad."), then the answer against the last result.
+
+    The redone result comes after "is", a form the candidate never shows, so the model must compute it
+    (copying the candidate's "=11" does not fit), and the verdict compares two tokens just written.
+    Operands are not checked against the question: only what the steps themselves show."""
+    parts, v = [], None
+    for a, op, b, r in steps:
+        if v is not None and a != v:
+            parts.append(f"{a}{op}{b} from {v} bad.")
+            return " ".join(parts), 0
+        true = a + b if op == "+" else a - b
+        good = r == true
+        parts.append(f"{a}{op}{b} is {true}, says {r} {'ok' if good else 'bad'}.")
+        if not good:
+            return " ".join(parts), 0
+        v = r
+    good = answer == v
+    parts.append(f"Answer is {v}, says {answer} {'ok' if good else 'bad'}.")
+    return " ".join(parts), int(good)
+
+
+CHECKS = ("step", "redo")
+
+
 def seed_corpus(
     n: int = 6000, seed: int = 0, verify_fraction: float = 0.45, compare_fraction: float = 0.1,
-    corrupt_fraction: float = 0.5, min_steps: int = 2, max_steps: int = 3,
+    corrupt_fraction: float = 0.5, min_steps: int = 2, max_steps: int = 3, check: str = "step",
 ) -> list[dict[str, str]]:
-    """Rows for training.seed: solving, verifying (correct and corrupted) and comparing."""
+    """Rows for training.seed: solving, verifying (correct and corrupted) and comparing.
+
+    `check`: "step" writes each step with ok/bad (check_text: operands against the question too);
+    "redo" redoes each step's result before copying the candidate's (check_redo)."""
     if verify_fraction + compare_fraction > 1:
         raise ValueError("verify_fraction + compare_fraction must be <= 1")
+    if check not in CHECKS:
+        raise ValueError(f"check={check!r}: must be one of {CHECKS}")
+    kinds = ("arith", "arith", "carry", "answer") if check == "redo" else ("arith", "arith", "flip", "answer")
+
+    def checked(steps: list, ans: int, ops: list, start: int) -> tuple[str, int]:
+        return check_redo(steps, ans, start) if check == "redo" else check_text(steps, ans, ops, start)
+
     rng = random.Random(seed)
     rows = []
     for _ in range(n):
@@ -137,18 +190,18 @@ def seed_corpus(
         u = rng.random()
         if u < verify_fraction:
             if rng.random() < corrupt_fraction:
-                steps, ans, _ = corrupt(rng, start, ops)
+                steps, ans, _ = corrupt(rng, start, ops, kinds)
             else:
                 steps, ans = good, int(p["answer"])
-            check, verdict = check_text(steps, ans, ops, start)
+            text, verdict = checked(steps, ans, ops, start)
             rows.append({"prompt": verify_prompt(q, format_solution(steps, ans), "compact"),
-                         "completion": f" {check} Verdict: {verdict}"})
+                         "completion": f" {text} Verdict: {verdict}"})
         elif u < verify_fraction + compare_fraction:
-            steps, ans, _ = corrupt(rng, start, ops)
+            steps, ans, _ = corrupt(rng, start, ops, kinds)
             pair = [(good, int(p["answer"])), (steps, ans)]
             if rng.random() < 0.5:
                 pair.reverse()
-            checks = [check_text(s, a, ops, start) for s, a in pair]
+            checks = [checked(s, a, ops, start) for s, a in pair]
             winner = 1 if checks[0][1] == 1 else 2
             rows.append({"prompt": compare_prompt(q, format_solution(*pair[0]), format_solution(*pair[1]), "compact"),
                          "completion": f" A1 {checks[0][0]} A2 {checks[1][0]} Verdict: {winner}"})

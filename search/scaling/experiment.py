@@ -131,7 +131,7 @@ class ScalingExperiment:
                  len(pool.question_ids))
         curves = compute_curves(pool, self.cfg.curves)
         write_outputs(self.run_dir, curves, pool)
-        summary = curves.summary()
+        summary = curves.summary() | {"own_verification": pool.own_verification()}
         for strategy, rows in summary["curves"].items():  # accuracy against k, one series per strategy
             for row in rows:
                 self.tracker.log({strategy: row["accuracy"]}, step=row["k"], prefix="curves/accuracy")

@@ -82,6 +82,16 @@ class ScoredPool:
         return {"verdicts": float((self.verdicts < 0).mean()) if self.verdicts.size else 0.0,
                 "comparisons": float(self.compare_counts[..., 2].sum() / games) if games else 0.0}
 
+    def own_verification(self) -> dict[str, float | int]:
+        """How the verdicts judge the pool's own candidates: the share of 1 verdicts on correct
+        candidates and of 0 verdicts on wrong ones (unparsable counts as neither). The benchmark's
+        triples are constructed; this is the accuracy that the search actually gets."""
+        v, c = self.verdicts, self.correct
+        ones, zeros = (v == 1).mean(-1), (v == 0).mean(-1)
+        return {"on_correct": float(ones[c].mean()) if c.any() else float("nan"),
+                "on_wrong": float(zeros[~c].mean()) if (~c).any() else float("nan"),
+                "correct_candidates": int(c.sum()), "wrong_candidates": int((~c).sum())}
+
     def subset(self, mask: np.ndarray) -> ScoredPool:
         idx = np.flatnonzero(mask)
         return ScoredPool([self.question_ids[i] for i in idx], *(getattr(self, n)[idx] for n in ARRAYS))

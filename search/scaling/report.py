@@ -33,6 +33,11 @@ def report(cfg: ScalingConfig, summary: dict[str, Any]) -> str:
                    f"Each point: mean over {cfg.curves.seeds} subsamples; 95% bootstrap CI over questions. "
                    f"Unparsable: {summary['unparsable']['verdicts']:.1%} of verdicts, "
                    f"{summary['unparsable']['comparisons']:.1%} of stored comparisons.\n")
+        own = summary.get("own_verification")
+        if own:
+            out.append(f"Verdicts on the pool's own candidates: 1 on {own['on_correct']:.3f} of the verdicts on "
+                       f"correct ones ({own['correct_candidates']}), 0 on {own['on_wrong']:.3f} on wrong ones "
+                       f"({own['wrong_candidates']}).\n")
         for key, title in (("curves", "All questions"), ("curves_ambiguous", "Ambiguous questions")):
             out += [f"\n## {title}, largest k\n", "| strategy | k | accuracy | 95% CI |", "|---|---|---|---|"]
             for s, rows in summary[key].items():
