@@ -9,8 +9,10 @@ import pytest
 from search.scaling.arith_problems import (
     check_redo,
     check_text,
+    check_trace,
     corrupt,
     make_problems,
+    noisy_solution,
     seed_corpus,
 )
 from verifiers.math_answers import (
@@ -160,3 +162,21 @@ def test_seed_corpus_refuses_an_unknown_check_and_the_redo_rows_parse():
     assert set(verdicts) == {0, 1}
     assert all(parse_comparison(r["completion"]).ok for r in rows if r["prompt"].endswith("Compare:"))
     assert seed_corpus(n=300, seed=2) != rows  # the default check is unchanged ("step")
+
+
+def test_the_trace_check_judges_every_step_of_a_noisy_solution():
+    rng = random.Random(3)
+    ops = [("+", 5), ("-", 3)]
+    text, verdict = check_trace([(7, "+", 5, 12), (12, "-", 3, 9)], 9, ops, 7)
+    assert verdict == 1 and text == "7+5 is 12, says 12 ok. 12-3 is 9, says 9 ok. Answer is 9, says 9 ok."
+    # a wrong result, then a step from another value, then a misread operand: each named, none skipped
+    text, verdict = check_trace([(7, "+", 5, 13), (12, "-", 3, 9), (9, "+", 2, 11)], 11, ops + [("+", 4)], 7)
+    assert verdict == 0 and text == ("7+5 is 12, says 13 bad. 12-3 from 13 bad. 9+2 asks +4 bad. "
+                                     "Answer is 11, says 11 ok.")
+    text, verdict = check_trace([(8, "+", 5, 13), (13, "-", 3, 10)], 10, ops, 7)
+    assert verdict == 0 and text.startswith("8+5 from 7 bad.")
+    for _ in range(300):  # a noisy solution always slips somewhere, and the check always finds it
+        start = rng.randint(2, 30)
+        steps, answer = noisy_solution(rng, start, ops)
+        assert check_trace(steps, answer, ops, start)[1] == 0
+        assert all(0 <= x for a, _, b, r in steps for x in (a, b, r))

@@ -160,7 +160,60 @@ def check_redo(steps: list[tuple[int, str, int, int]], answer: int, start: int) 
     return " ".join(parts), int(good)
 
 
-CHECKS = ("step", "redo")
+def noisy_solution(rng: random.Random, start: int, ops: list[tuple[str, int]]) -> tuple[list, int]:
+    """A solution with independent slips, as a sampled one has: a misread start or operand, a value
+    not carried, a result off by a little, an answer that disagrees; at least one slip."""
+    def off(x: int) -> int:
+        y = x + rng.choice([-2, -1, 1, 2, 10])
+        return y if y >= 0 else x + 1
+
+    while True:
+        steps, v, slips = [], start, 0
+        for i, (op, b) in enumerate(ops):
+            a = v
+            if rng.random() < (0.1 if i == 0 else 0.15):
+                a, slips = off(a), slips + 1
+            if rng.random() < 0.15:
+                b2 = max(1, off(b))
+                b, slips = b2, slips + (b2 != b)
+            r = a + b if op == "+" else a - b
+            if r < 0:  # a misread that goes below zero: the sampled model writes 0 there
+                r, slips = 0, slips + 1
+            if rng.random() < 0.3:
+                r, slips = off(r), slips + 1
+            steps.append((a, op, b, r))
+            v = r
+        answer = v
+        if rng.random() < 0.1:
+            answer, slips = off(v), slips + 1
+        if slips:
+            return steps, answer
+
+
+def check_trace(steps: list[tuple[int, str, int, int]], answer: int, ops: list[tuple[str, int]],
+                start: int) -> tuple[str, int]:
+    """check_redo over every step, not only up to the first bad one, with a step's start checked
+    against the question's start or the step before's stated result ("from 13"), and its operand
+    against the question ("asks -4"). Every step is judged on its own, so after a slip the check
+    still reads the candidate (a shortcut that writes its own solution is wrong there)."""
+    parts, v, verdict = [], start, 1
+    for (a, op, b, r), (gold_op, gold_b) in zip(steps, ops, strict=True):
+        if a != v:
+            parts.append(f"{a}{op}{b} from {v} bad.")
+            verdict = 0
+        elif (op, b) != (gold_op, gold_b):
+            parts.append(f"{a}{op}{b} asks {gold_op}{gold_b} bad.")
+            verdict = 0
+        else:
+            true = a + b if op == "+" else a - b
+            parts.append(f"{a}{op}{b} is {true}, says {r} {'ok' if r == true else 'bad'}.")
+            verdict &= int(r == true)
+        v = r
+    parts.append(f"Answer is {v}, says {answer} {'ok' if answer == v else 'bad'}.")
+    return " ".join(parts), verdict & int(answer == v)
+
+
+CHECKS = ("step", "redo", "trace")
 
 
 def seed_corpus(
@@ -170,7 +223,8 @@ def seed_corpus(
     """Rows for training.seed: solving, verifying (correct and corrupted) and comparing.
 
     `check`: "step" writes each step with ok/bad (check_text: operands against the question too);
-    "redo" redoes each step's result before copying the candidate's (check_redo)."""
+    "redo" redoes each step's result before copying the candidate's (check_redo); "trace" does
+    so for every step of candidates with independent slips (noisy_solution, check_trace)."""
     if verify_fraction + compare_fraction > 1:
         raise ValueError("verify_fraction + compare_fraction must be <= 1")
     if check not in CHECKS:
@@ -178,7 +232,15 @@ def seed_corpus(
     kinds = ("arith", "arith", "carry", "answer") if check == "redo" else ("arith", "arith", "flip", "answer")
 
     def checked(steps: list, ans: int, ops: list, start: int) -> tuple[str, int]:
+        if check == "trace":
+            return check_trace(steps, ans, ops, start)
         return check_redo(steps, ans, start) if check == "redo" else check_text(steps, ans, ops, start)
+
+    def corrupted(start: int, ops: list) -> tuple[list, int]:
+        if check == "trace":
+            return noisy_solution(rng, start, ops)
+        steps, ans, _ = corrupt(rng, start, ops, kinds)
+        return steps, ans
 
     rng = random.Random(seed)
     rows = []
@@ -190,14 +252,14 @@ def seed_corpus(
         u = rng.random()
         if u < verify_fraction:
             if rng.random() < corrupt_fraction:
-                steps, ans, _ = corrupt(rng, start, ops, kinds)
+                steps, ans = corrupted(start, ops)
             else:
                 steps, ans = good, int(p["answer"])
             text, verdict = checked(steps, ans, ops, start)
             rows.append({"prompt": verify_prompt(q, format_solution(steps, ans), "compact"),
                          "completion": f" {text} Verdict: {verdict}"})
         elif u < verify_fraction + compare_fraction:
-            steps, ans, _ = corrupt(rng, start, ops, kinds)
+            steps, ans = corrupted(start, ops)
             pair = [(good, int(p["answer"])), (steps, ans)]
             if rng.random() < 0.5:
                 pair.reverse()
