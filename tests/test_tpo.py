@@ -73,6 +73,16 @@ def test_k_below_two_is_rejected():
         load_config(None, TpoConfig, ["sample.k=1"])
 
 
+def test_divergence_windows_with_chat_prompts_are_refused_before_anything_runs():
+    """The window's common prefix is appended to the prompt text, which a chat prompt does not have:
+    refused when the config loads (it used to fail at the first DPO round, after sampling)."""
+    with pytest.raises(ConfigError, match=r"pairs.divergence_words=1 needs plain-text prompts, but prompt.style"):
+        load_config("configs/tpo-demo.yaml", TpoConfig, ["pairs.divergence_words=1", "prompt.style=chat"])
+    with pytest.raises(ConfigError, match=r"direct_prompt.style is 'chat'"):
+        load_config("configs/tpo-demo.yaml", TpoConfig, ["pairs.divergence_words=1", "direct_prompt.style=chat"])
+    load_config("configs/tpo-demo.yaml", TpoConfig, ["pairs.divergence_words=1"])
+
+
 def test_demo_config_loads():
     cfg = load_config("configs/tpo-demo.yaml", TpoConfig, [])
     assert cfg.prompt.thought_marker == "Work:" and cfg.measure.seeds == (0, 1, 2)

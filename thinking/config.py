@@ -117,3 +117,8 @@ class TpoConfig:
         if self.heldout_seed < self.instruction_seed + self.iterations:
             raise ValueError(f"heldout_seed={self.heldout_seed} must be >= instruction_seed + iterations, so the "
                              "held-out instructions are never among the training ones")
+        if self.pairs.divergence_words and "chat" in (self.prompt.style, self.direct_prompt.style):
+            arm = "prompt" if self.prompt.style == "chat" else "direct_prompt"
+            raise ValueError(f"pairs.divergence_words={self.pairs.divergence_words} needs plain-text prompts, but "
+                             f"{arm}.style is 'chat' (the common prefix is appended to the prompt text); set "
+                             f"{arm}.style=plain or pairs.divergence_words=0")
