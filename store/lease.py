@@ -71,7 +71,11 @@ def watch_failed(client: redis.Redis, fence: tuple[str, int], lost: LeaseLost, e
         return WriteUnconfirmed(f"the connection to Redis broke at EXEC ({error}) and it cannot be read "
                                 f"again ({e}); whether this write landed is unknown. Rerun the job once "
                                 "Redis answers: it carries on from what was stored.")
-    if current is None or int(current) != token:
+    if current is None:  # no driver deletes a fence: Redis lost its data (or someone flushed it)
+        return LeaseLost(f"the lease's fence {key} is gone from Redis, so Redis lost its data (restarted without "
+                         "its append-only file, or flushed) and what this experiment stored may be gone too; "
+                         "check Redis' persistence (appendonly yes) before rerunning the job")
+    if int(current) != token:
         return lost
     return WriteUnconfirmed(f"the connection to Redis broke at EXEC ({error}); this driver still holds its "
                             "lease, but whether this write landed is unknown, so it stops rather than write "

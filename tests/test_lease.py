@@ -134,3 +134,33 @@ def test_a_connection_lost_at_exec_is_not_called_a_takeover(store: Store, experi
         assert type(err.value).__name__ == "WriteUnconfirmed"
     assert store.leases(experiment_name).holder() is not None  # nobody took it over
     assert driver.archive(experiment_name).counters(["n"]) == [0]  # killed before EXEC reached the server
+
+
+class _FlushedAtExec(redis.client.Pipeline):
+    """A real pipeline whose fence key vanishes just before EXEC, as after a Redis restart that lost
+    its data."""
+
+    admin: redis.Redis
+    key: str
+
+    def execute(self, raise_on_error: bool = True):
+        if self.watching:
+            self.admin.delete(self.key)
+        return super().execute(raise_on_error)
+
+
+class _FlushesAtExec(redis.Redis):
+    def pipeline(self, transaction: bool = True, shard_hint=None) -> redis.client.Pipeline:
+        return _FlushedAtExec(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+def test_a_fence_gone_from_redis_says_redis_lost_its_data_not_a_takeover(store: Store, experiment_name: str,
+                                                                         redis_server):
+    client = _FlushesAtExec.from_url(redis_server.url)
+    driver = Store(client)
+    driver.fence(driver.leases(experiment_name).acquire(ttl_s=60))
+    _FlushedAtExec.admin, _FlushedAtExec.key = store.client, driver.fence_for(experiment_name)[0]
+    with pytest.raises(LeaseLost, match="Redis lost its data") as err:  # old code: "taken over by another driver"
+        driver.archive(experiment_name).add_many([_rec(0)], counters={"n": 1})
+    assert "taken over" not in str(err.value)
+    assert driver.archive(experiment_name).counters(["n"]) == [0]
