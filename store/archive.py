@@ -18,7 +18,7 @@ import redis
 
 from store import keys
 from store.codehash import code_hash
-from store.lease import LeaseLost, watch_failed
+from store.lease import LeaseLost, watch_failed, watch_fence
 from store.records import dumps, loads
 
 
@@ -77,13 +77,7 @@ class CandidateArchive:
 
     def _check_fence(self, pipe: redis.client.Pipeline) -> None:
         """WATCH the fence counter and check it still holds our token (then start MULTI)."""
-        key, token = self.fence
-        pipe.watch(key)
-        current = pipe.get(key)
-        if current is None or int(current) != token:
-            pipe.reset()
-            raise self._lost()
-        pipe.multi()
+        watch_fence(pipe, self.fence, self._lost)
 
     def _lost(self) -> LeaseLost:
         return LeaseLost(

@@ -18,7 +18,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -71,15 +71,41 @@ def watch_failed(client: redis.Redis, fence: tuple[str, int], lost: LeaseLost, e
         return WriteUnconfirmed(f"the connection to Redis broke at EXEC ({error}) and it cannot be read "
                                 f"again ({e}); whether this write landed is unknown. Rerun the job once "
                                 "Redis answers: it carries on from what was stored.")
-    if current is None:  # no driver deletes a fence: Redis lost its data (or someone flushed it)
-        return LeaseLost(f"the lease's fence {key} is gone from Redis, so Redis lost its data (restarted without "
-                         "its append-only file, or flushed) and what this experiment stored may be gone too; "
-                         "check Redis' persistence (appendonly yes) before rerunning the job")
+    if current is None:
+        return fence_gone(key)
     if int(current) != token:
         return lost
     return WriteUnconfirmed(f"the connection to Redis broke at EXEC ({error}); this driver still holds its "
                             "lease, but whether this write landed is unknown, so it stops rather than write "
                             "it twice. Rerun the job: it carries on from what was stored.")
+
+
+def fence_gone(key: str) -> LeaseLost:
+    """No driver deletes a fence: Redis lost its data (or someone flushed it)."""
+    return LeaseLost(f"the lease's fence {key} is gone from Redis, so Redis lost its data (restarted without "
+                     "its append-only file, or flushed) and what this experiment stored may be gone too; "
+                     "check Redis' persistence (appendonly yes) before rerunning the job")
+
+
+def watch_fence(pipe: redis.client.Pipeline, fence: tuple[str, int], lost: Callable[[], LeaseLost]) -> None:
+    """WATCH the fence, check it still holds this driver's token, then start MULTI. Nothing is
+    written before MULTI, so a connection that breaks here (redis-py raises WatchError for it
+    while watching) is retried once on a new connection instead of surfacing a bare WatchError."""
+    key, token = fence
+    for attempt in (0, 1):
+        try:
+            pipe.watch(key)
+            current = pipe.get(key)
+            break
+        except redis.WatchError as e:
+            pipe.reset()
+            if attempt:
+                raise redis.ConnectionError(f"the connection to Redis broke twice while reading the lease's "
+                                            f"fence {key} ({e}); nothing was written") from None
+    if current is None or int(current) != token:
+        pipe.reset()
+        raise fence_gone(key) if current is None else lost()
+    pipe.multi()
 
 
 def lease_key(experiment: str) -> str:
@@ -161,12 +187,7 @@ def fenced_pipeline(client: redis.Redis, experiment: str, fence: tuple[str, int]
     pipe = client.pipeline(transaction=True)
     try:
         if fence is not None:
-            key, token = fence
-            pipe.watch(key)
-            current = pipe.get(key)
-            if current is None or int(current) != token:
-                raise lost()
-            pipe.multi()
+            watch_fence(pipe, fence, lost)
         yield pipe
         try:
             pipe.execute()

@@ -164,3 +164,40 @@ def test_a_fence_gone_from_redis_says_redis_lost_its_data_not_a_takeover(store: 
         driver.archive(experiment_name).add_many([_rec(0)], counters={"n": 1})
     assert "taken over" not in str(err.value)
     assert driver.archive(experiment_name).counters(["n"]) == [0]
+
+
+class _DropsAtFenceRead(redis.client.Pipeline):
+    """A real pipeline whose connection the server drops at its first read of the fence after
+    WATCH (redis-py then raises WatchError, before anything is written)."""
+
+    admin: redis.Redis
+    dropped = 0
+
+    def immediate_execute_command(self, *args, **options):
+        if args[0] == "GET" and self.watching and not _DropsAtFenceRead.dropped:
+            _DropsAtFenceRead.dropped += 1
+            for c in self.admin.client_list():
+                if c["name"] == NAME:
+                    self.admin.client_kill_filter(_id=c["id"])
+        return super().immediate_execute_command(*args, **options)
+
+
+class _DropsOnce(redis.Redis):
+    def pipeline(self, transaction: bool = True, shard_hint=None) -> redis.client.Pipeline:
+        return _DropsAtFenceRead(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+def test_a_connection_lost_while_reading_the_fence_is_retried_not_a_bare_watch_error(
+        store: Store, experiment_name: str, redis_server):
+    client = _DropsOnce.from_url(redis_server.url, client_name=NAME)
+    _DropsAtFenceRead.admin = store.client
+    driver = Store(client)
+    driver.fence(driver.leases(experiment_name).acquire(ttl_s=60))
+    writes = (lambda: driver.archive(experiment_name).add_many([_rec(0)], counters={"n": 1}),
+              lambda: TpoState(client, experiment_name, driver.fence_for(experiment_name)).put({"x": 1}, "pairs"))
+    for write in writes:
+        _DropsAtFenceRead.dropped = 0
+        write()  # old code: redis.WatchError("A ConnectionError occurred on while watching ...")
+        assert _DropsAtFenceRead.dropped == 1
+    assert driver.archive(experiment_name).counters(["n"]) == [1]
+    assert TpoState(client, experiment_name).get("pairs") == {"x": 1}
