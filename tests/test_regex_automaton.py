@@ -18,7 +18,7 @@ from common.sampling import SamplingParams
 from evolution.programs import body_regex
 from search.engines.hf import TransformersEngine
 from search.engines.regex_automaton import RegexAutomaton, Unsupported
-from search.engines.regex_constraint import TokenPieces, TokenRegex
+from search.engines.regex_constraint import RegexLogitsProcessor, TokenPieces, TokenRegex
 
 DEMO = "models/soar-demo-seed"  # shipped: its tokens are whole DSL program lines
 PATTERNS = [
@@ -123,3 +123,34 @@ def test_constrained_samples_equal_with_the_automaton_and_the_scan(params):
     assert [[c.text for c in row] for row in fast] == [[c.text for c in row] for row in slow]
     assert [[c.completion_tokens for c in row] for row in fast] == [[c.completion_tokens for c in row] for row in slow]
     assert all(regex.fullmatch(pattern, c.text) for row in fast for c in row if c.finish_reason == "stop")
+
+
+def test_the_processor_steps_each_row_by_its_new_token_and_masks_as_the_text_does(demo_tokenizer):
+    """The processor used to decode and walk each row's whole completion at every step (quadratic
+    in its length); it now advances each row by the token it took, with the same masks."""
+    import torch
+
+    constraint = TokenRegex(body_regex(colours=[1, 2]), demo_tokenizer)
+    decodes = 0
+
+    class Counting:
+        def decode(self, ids, **kw):
+            nonlocal decodes
+            decodes += 1
+            return demo_tokenizer.decode(ids, **kw)
+
+    proc = RegexLogitsProcessor(constraint, Counting(), prompt_width=2)
+    rng = random.Random(0)
+    ids = torch.tensor([[5, 6]] * 4)
+    width = len(demo_tokenizer)
+    for step in range(40):
+        out = proc(ids, torch.zeros(len(ids), width))
+        texts = [demo_tokenizer.decode(row, skip_special_tokens=True) for row in ids[:, 2:].tolist()]
+        for r, text in enumerate(texts):
+            if constraint.eos in ids[r, 2:].tolist():
+                assert out[r].eq(0).all()
+                continue
+            assert torch.equal(out[r], constraint.mask(text, out[r])), (step, r)
+        allowed = [torch.nonzero(row == 0).flatten().tolist() for row in out]
+        ids = torch.cat([ids, torch.tensor([[rng.choice(a)] for a in allowed])], dim=1)
+    assert decodes == 4  # each row's (empty) text once, at the first step

@@ -89,7 +89,10 @@ class TokenRegex:
     def mask(self, text: str, like: torch.Tensor) -> torch.Tensor:
         """A row shaped, typed and placed as `like`'s last dimension: 0 for allowed tokens,
         -inf for the rest; kept per state."""
-        key = self.key(text)
+        return self.mask_for(self.key(text), like)
+
+    def mask_for(self, key: str | int, like: torch.Tensor) -> torch.Tensor:
+        """`mask` for a key already known (an automaton state, or the text when scanning)."""
         slot = (key, like.shape[-1], str(like.device), like.dtype)
         found = self._masks.get(slot)
         if found is None:
@@ -102,16 +105,45 @@ class TokenRegex:
 
 
 class RegexLogitsProcessor:
-    """A transformers LogitsProcessor: masks every token that would break the pattern."""
+    """A transformers LogitsProcessor: masks every token that would break the pattern.
+
+    One per generate call. With the automaton, each row's state is advanced by the piece of the
+    token it took last (the allowed sets are built from the same pieces), so a step costs the
+    new token, not a decode and walk of the whole completion so far. Scanning decodes the text."""
 
     def __init__(self, constraint: TokenRegex, tokenizer, prompt_width: int):
         self.constraint, self.tokenizer, self.prompt_width = constraint, tokenizer, prompt_width
+        self._states: list[int] | None = None  # automaton state per row after the tokens seen so far
+        self._seen = 0  # generated tokens those states cover
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        generated = input_ids[:, self.prompt_width:]
+        if self.constraint.automaton is None:
+            return self._by_text(generated, scores)
+        self._advance(generated)
+        free = torch.zeros_like(scores[0])
+        rows = [free if state is None else self.constraint.mask_for(state, scores) for state in self._states]
+        return scores + torch.stack(rows)
+
+    def _advance(self, generated: torch.LongTensor) -> None:
+        """Move each row's state over its newest token (None: the row has ended). Rows that are not
+        the ones seen one step ago (never in one generate call) are mapped from their texts."""
+        automaton, eos, pieces = self.constraint.automaton, self.constraint.eos, self.constraint.pieces
+        n = generated.shape[1]
+        if self._states is None or len(self._states) != len(generated) or n != self._seen + 1:
+            self._states = [None if eos in ids else self.constraint.key(self.tokenizer.decode(ids, skip_special_tokens=True))
+                            for ids in generated.tolist()]
+        else:
+            for r, token in enumerate(generated[:, -1].tolist()):
+                state = self._states[r]
+                self._states[r] = None if state is None or token == eos else automaton.walk(state, pieces.get(token, ""))
+        self._seen = n
+
+    def _by_text(self, generated: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         free = torch.zeros_like(scores[0])
         rows = []
-        for ids in input_ids[:, self.prompt_width:].tolist():
-            if self.constraint.eos in ids:  # finished rows only produce padding anyway
+        for ids in generated.tolist():
+            if self.constraint.eos in ids:
                 rows.append(free)
                 continue
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
