@@ -176,17 +176,17 @@ def noisy_solution(rng: random.Random, start: int, ops: list[tuple[str, int]]) -
             if rng.random() < 0.15:
                 b2 = max(1, off(b))
                 b, slips = b2, slips + (b2 != b)
+            if op == "-" and a < b:  # keep every number a whole token (0..199): no negative results
+                a, b = b, a
             r = a + b if op == "+" else a - b
-            if r < 0:  # a misread that goes below zero: the sampled model writes 0 there
-                r, slips = 0, slips + 1
             if rng.random() < 0.3:
                 r, slips = off(r), slips + 1
             steps.append((a, op, b, r))
             v = r
         answer = v
         if rng.random() < 0.1:
-            answer, slips = off(v), slips + 1
-        if slips:
+            answer = off(v)
+        if slips or answer != v:
             return steps, answer
 
 
