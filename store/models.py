@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from store import keys
+from store.lease import fence_gone
 from store.records import dumps, loads
 
 
@@ -100,13 +101,17 @@ class ModelRegistry:
         # same "vN". The counter is WATCHed: another publish in between, or a connection lost
         # at EXEC (redis-py raises WatchError), reads it again.
         pipe = self.client.pipeline(transaction=True)
-        mv, record = None, b""
+        mv, record, broken = None, b"", 0
         try:
             while True:
                 try:
                     pipe.watch(self._counter, *([self.fence[0]] if self.fence is not None else []))
-                    if self.fence is not None and int(pipe.get(self.fence[0]) or -1) != self.fence[1]:
-                        raise self._lost()  # a driver whose lease was taken over publishes nothing
+                    if self.fence is not None:
+                        fence = pipe.get(self.fence[0])
+                        if fence is None:
+                            raise fence_gone(self.fence[0])
+                        if int(fence) != self.fence[1]:
+                            raise self._lost()  # a driver whose lease was taken over publishes nothing
                     if mv is not None and pipe.hget(self._versions, mv.version) == record:
                         return mv  # the last try's EXEC landed; only its reply was lost
                     number = int(pipe.get(self._counter) or 0)
@@ -120,8 +125,14 @@ class ModelRegistry:
                         pipe.set(self._current, mv.version)
                     pipe.execute()
                     return mv
-                except redis.WatchError:
-                    continue  # read the fence and the counter again (a moved fence raises)
+                except redis.WatchError as e:
+                    # Another publish moved the counter: read it again (a moved fence raises). A
+                    # connection that broke while watching is retried twice, then surfaces.
+                    if "while watching" in str(e):  # redis-py: "A ConnectionError occurred (on) while watching"
+                        broken += 1
+                        if broken > 2:
+                            raise redis.ConnectionError(f"the connection to Redis broke {broken} times while "
+                                                        f"publishing ({e}); nothing was published") from None
         finally:
             pipe.reset()
 

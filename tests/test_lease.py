@@ -201,3 +201,47 @@ def test_a_connection_lost_while_reading_the_fence_is_retried_not_a_bare_watch_e
         assert _DropsAtFenceRead.dropped == 1
     assert driver.archive(experiment_name).counters(["n"]) == [1]
     assert TpoState(client, experiment_name).get("pairs") == {"x": 1}
+
+
+def test_a_publish_after_redis_lost_the_fence_says_so_not_a_takeover(store: Store, experiment_name: str):
+    driver = Store(store.client)
+    driver.fence(driver.leases(experiment_name).acquire(ttl_s=60))
+    store.client.delete(driver.fence_for(experiment_name)[0])  # a Redis restarted without its data
+    with pytest.raises(LeaseLost, match="Redis lost its data") as err:  # old code: "taken over by another driver"
+        driver.models(experiment_name).publish("/ckpt/it1", note="iteration 1")
+    assert "taken over" not in str(err.value)
+    assert store.models(experiment_name).list() == []
+
+
+class _DropsAtEveryFenceRead(redis.client.Pipeline):
+    """A real pipeline whose connection breaks at each read after WATCH (a flapping network)."""
+
+    admin: redis.Redis
+    dropped = 0
+
+    def immediate_execute_command(self, *args, **options):
+        if args[0] == "GET" and self.watching:
+            _DropsAtEveryFenceRead.dropped += 1
+            if _DropsAtEveryFenceRead.dropped > 20:  # the old code retried forever: fail instead of hanging
+                raise AssertionError("publish kept retrying a connection that breaks every time")
+            for c in self.admin.client_list():
+                if c["name"] == NAME:
+                    self.admin.client_kill_filter(_id=c["id"])
+        return super().immediate_execute_command(*args, **options)
+
+
+class _AlwaysDrops(redis.Redis):
+    def pipeline(self, transaction: bool = True, shard_hint=None) -> redis.client.Pipeline:
+        return _DropsAtEveryFenceRead(self.connection_pool, self.response_callbacks, transaction, shard_hint)
+
+
+def test_a_publish_whose_connection_keeps_breaking_gives_up_with_a_connection_error(
+        store: Store, experiment_name: str, redis_server):
+    client = _AlwaysDrops.from_url(redis_server.url, client_name=NAME)
+    _DropsAtEveryFenceRead.admin, _DropsAtEveryFenceRead.dropped = store.client, 0
+    driver = Store(client)
+    driver.fence(driver.leases(experiment_name).acquire(ttl_s=60))
+    with pytest.raises(redis.ConnectionError, match="nothing was published"):
+        driver.models(experiment_name).publish("/ckpt/it1", note="iteration 1")
+    assert 1 < _DropsAtEveryFenceRead.dropped <= 5
+    assert store.models(experiment_name).list() == []
