@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vocab-size", type=int, default=defaults.vocab_size)
     parser.add_argument("--words", default="", help="module:function returning whole-word tokens")
     parser.add_argument("--max-steps", type=int, default=defaults.max_steps)
+    parser.add_argument("--max-length", type=int, default=defaults.max_length, help="tokens per training row")
     parser.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
     parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
     parser.add_argument("--cache-dir", default=None, help="default: $RATCHET_HOME/models")
@@ -185,8 +186,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--corpus-kwargs is not JSON: {e}")
     cfg = SeedConfig(
         preset=args.preset, corpus=args.corpus, corpus_kwargs=corpus_kwargs, n=args.n, seed=args.seed,
-        vocab_size=args.vocab_size, words=args.words, max_steps=args.max_steps, learning_rate=args.learning_rate,
-        batch_size=args.batch_size, cache_dir=args.cache_dir,
+        vocab_size=args.vocab_size, words=args.words, max_steps=args.max_steps, max_length=args.max_length,
+        learning_rate=args.learning_rate, batch_size=args.batch_size, cache_dir=args.cache_dir,
     )
     result = build_seed_model(cfg)
     train = result.info["train"]
