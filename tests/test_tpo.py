@@ -9,7 +9,7 @@ import pytest
 
 from common.config import ConfigError, load_config
 from common.sampling import Completion, SamplingParams
-from thinking.arith import DEMO_THOUGHT, instructions
+from thinking.arith import DEMO_THOUGHT, instructions, seed_corpus
 from thinking.config import SampleConfig, TpoConfig
 from thinking.loop import TpoLoop
 from thinking.pairs import Group, PairsConfig, Sample, build_pairs, choose_rho, pick
@@ -87,6 +87,54 @@ def test_demo_config_loads():
     cfg = load_config("configs/tpo-demo.yaml", TpoConfig, [])
     assert cfg.prompt.thought_marker == "Work:" and cfg.measure.seeds == (0, 1, 2)
     load_config("configs/tpo-qwen.yaml", TpoConfig, [])
+
+
+# -- the demo seed's corpus ------------------------------------------------------------------------
+STEP = re.compile(r"(-?\d+)([+-])(\d+)=(-?\d+)\.")  # after a slip a chain may go below zero
+
+
+def steps_of(text: str) -> list[tuple[int, str, int, int]]:
+    return [(int(a), op, int(b), int(r)) for a, op, b, r in STEP.findall(text)]
+
+
+def right(a: int, op: str, b: int) -> int:
+    return a + b if op == "+" else a - b
+
+
+def test_rough_habit_marks_itself_slips_and_carries_its_slips_to_the_response():
+    rows = seed_corpus(3000, 0, thought_share=1.0, corrupt_share=0.0, habit_share=1.0, slip=0.4)
+    slipped = total = 0
+    for r in rows:
+        work, _, answer = r["completion"].partition(" So: ")
+        assert work.startswith(" Rough: ")
+        st = steps_of(work)
+        for (a, op, b, res), nxt in zip(st, st[1:] + [None]):
+            total += 1
+            slipped += res != right(a, op, b)
+            assert nxt is None or nxt[0] == res  # the next step starts from the written value, slipped or not
+        assert answer == str(st[-1][3])  # the response follows the working
+    assert 0.35 < slipped / total < 0.45
+
+
+def test_careful_working_is_right_and_carried_slips_live_only_in_the_prompt():
+    rows = seed_corpus(3000, 0, thought_share=1.0, corrupt_share=0.0, repair_share=0.5)
+    carried = 0
+    for r in rows:
+        work, _, answer = r["completion"].partition(" So: ")
+        given = steps_of(r["prompt"].rpartition("Work:")[2])
+        st = steps_of(work)
+        assert all(res == right(a, op, b) for a, op, b, res in st)  # never a slip in what is trained
+        if given:  # a carried-slip row: one wrong step in the prompt, the completion works from its value
+            carried += 1
+            assert sum(res != right(a, op, b) for a, op, b, res in given) == 1
+            assert st[0][0] == given[-1][3]
+        assert answer == str(st[-1][3])
+    assert 0.2 < carried / len(rows) < 0.5  # half of the rows with two or more steps
+
+
+def test_unknown_habit_is_refused():
+    with pytest.raises(ValueError, match="habit_kind"):
+        seed_corpus(10, 0, habit_share=0.5, habit_kind="doodle")
 
 
 # -- pairs and length control --------------------------------------------------------------------

@@ -5,11 +5,13 @@
     demo_seed()                       -> the recipe of models/tpo-arith-seed (training.embedded)
 
 Only the final response is judged (the programmatic judge compares its last number with
-the reference), so the working helps only if it lives in the thought. The seed model
-mostly answers directly ("Q: 7+8-5\\nA: 10"); a minority of its rows use the thought
-format with unreliable working (half of them have one wrong step, and the response follows
-the wrong working), so at iteration 0 thinking is a format the model writes badly, and
-preference training has to find which thoughts lead to judged-correct responses.
+the reference), so the working helps only if it lives in the thought. The shipped seed
+answers directly ("Q: 7+8-5\nA: 10") and, in the thought format, has two habits: careful
+step-by-step working (" 7+8=15. 15-5=10.") and a careless one that marks itself (" Rough: "
+then working whose steps slip by 1-2 two times in five). Nothing tells it which habit to use;
+preference training on judged responses has to find that the careful one leads to right
+answers. Rows whose prompt already holds working with one slip teach each step to work from
+the value written before it (`carried_slip`), so a right answer comes from right working.
 """
 
 from __future__ import annotations
@@ -70,16 +72,64 @@ def working(start: int, steps: list[tuple[str, int]], rng: random.Random, corrup
     return " " + " ".join(parts), v
 
 
-def seed_corpus(n: int = 6000, seed: int = 0, thought_share: float = 0.3, corrupt_share: float = 0.5) -> list[dict]:
-    """Direct-answer rows, and a minority of thought-format rows with unreliable working."""
+def habit(start: int, steps: list[tuple[str, int]], rng: random.Random, kind: str, slip: float) -> tuple[str, int]:
+    """A thinking habit that does not help: "rough" (" Rough: 7+8=16. 16-5=11.", each step off by
+    1-2 with probability `slip`, later steps carrying the slip) or "guess" (" Guess: 10.", the
+    answer without working, wrong with probability `slip`). Its first word marks it."""
+    v = start
+    for op, b in steps:
+        v = v + b if op == "+" else v - b
+    if kind == "guess":
+        return f" Guess: {max(0, v + rng.choice([-2, -1, 1, 2])) if rng.random() < slip else v}.", v
+    v, parts = start, []
+    for op, b in steps:
+        r = v + b if op == "+" else v - b
+        if rng.random() < slip:
+            r = max(0, r + rng.choice([-2, -1, 1, 2]))
+        parts.append(f"{v}{op}{b}={r}.")
+        v = r
+    return " Rough: " + " ".join(parts), v
+
+
+def carried_slip(prompt: str, start: int, steps: list[tuple[str, int]], rng: random.Random) -> dict[str, str]:
+    """A row that teaches each step to work from the value written before it: the prompt holds
+    the first steps of the working with one of them off by 1-2, the completion carries that value
+    on correctly to the response. The slip is in the prompt, so the model never learns to make one."""
+    k = rng.randint(1, len(steps) - 1)
+    bad = rng.randrange(k)
+    v, parts = start, []
+    for i, (op, b) in enumerate(steps):
+        r = v + b if op == "+" else v - b
+        if i == bad:
+            r = max(0, r + rng.choice([-2, -1, 1, 2]))
+        parts.append(f"{v}{op}{b}={r}.")
+        v = r
+    given, rest = " " + " ".join(parts[:k]), " " + " ".join(parts[k:])
+    return {"prompt": prompt + given, "completion": f"{rest} {DEMO_THOUGHT.response_marker} {v}"}
+
+
+def seed_corpus(n: int = 6000, seed: int = 0, thought_share: float = 0.3, corrupt_share: float = 0.5,
+                habit_share: float = 0.0, habit_kind: str = "rough", slip: float = 0.4,
+                max_ops: int = 3, repair_share: float = 0.0) -> list[dict]:
+    """Direct-answer rows, and thought-format rows: a `habit_share` of them in an unhelpful
+    habit (see `habit`), the rest step-by-step working of which a `corrupt_share` has one wrong
+    step. The response always follows the working."""
+    if habit_kind not in ("rough", "guess"):
+        raise ValueError(f"habit_kind={habit_kind!r} must be 'rough' or 'guess'")
     rng = random.Random(seed)
     thought, direct = ThoughtPrompt(DEMO_THOUGHT), DirectPrompt(DEMO_DIRECT)
     rows: list[dict[str, Any]] = []
     for _ in range(n):
-        start, steps = _chain(rng, rng.randint(1, 3))
+        start, steps = _chain(rng, rng.randint(1, max_ops))
         instr = _text(start, steps)
         if rng.random() < thought_share:
-            work, v = working(start, steps, rng, rng.random() < corrupt_share)
+            if repair_share and len(steps) > 1 and rng.random() < repair_share:
+                rows.append(carried_slip(thought.build(instr), start, steps, rng))
+                continue
+            if habit_share and rng.random() < habit_share:
+                work, v = habit(start, steps, rng, habit_kind, slip)
+            else:
+                work, v = working(start, steps, rng, rng.random() < corrupt_share)
             rows.append({"prompt": thought.build(instr), "completion": f"{work} {DEMO_THOUGHT.response_marker} {v}"})
         else:
             _, v = working(start, steps, rng, False)
@@ -91,10 +141,13 @@ def demo_seed():
     """The recipe of the shipped seed model models/tpo-arith-seed."""
     from training.seed import SeedConfig
 
-    # 300 steps left a seed that answered "10" to everything and never closed a thought (0% parsable):
-    # the working's single-step facts need many more steps, half the rows in the thought format, and the instruction next
-    # to the thought marker. At learning rate 3e-3 (3000 steps) it still could not copy an operand (greedy direct 0.07,
-    # thought 0.04); 5e-4 with numbers as whole tokens reaches loss 0.21 (direct 0.69, thought 0.79 greedy).
-    return SeedConfig(preset="tiny", corpus="thinking.arith:seed_corpus", corpus_kwargs={"thought_share": 0.5},
-                      n=24000, max_steps=4000, max_length=160, batch_size=32, learning_rate=5e-4,
+    # Measured on 256 held-out instructions (README, TPO section). The earlier seed (half thought rows, half of those
+    # with one wrong step in the completion) learned to slip: 47% of its steps wrong at temperature 0.8, and right
+    # answers reached through wrong working. Without wrong steps it stopped working from the previous value (greedy
+    # thought 0.43); slips moved into the prompt (carried_slip) fixed that, and 6,000 steps with more thought rows
+    # taught it to copy operands (greedy thought 0.82 -> with the rough habit's rows 0.89, 0 operand errors).
+    return SeedConfig(preset="tiny", corpus="thinking.arith:seed_corpus",
+                      corpus_kwargs={"thought_share": 0.75, "corrupt_share": 0.0, "repair_share": 0.35,
+                                     "habit_share": 0.5, "habit_kind": "rough", "slip": 0.4},
+                      n=36000, max_steps=6000, max_length=160, batch_size=32, learning_rate=5e-4,
                       words="training.corpora:number_words")
