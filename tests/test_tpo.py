@@ -108,7 +108,7 @@ def test_rough_habit_marks_itself_slips_and_carries_its_slips_to_the_response():
         work, _, answer = r["completion"].partition(" So: ")
         assert work.startswith(" Rough: ")
         st = steps_of(work)
-        for (a, op, b, res), nxt in zip(st, st[1:] + [None]):
+        for (a, op, b, res), nxt in zip(st, st[1:] + [None], strict=True):
             total += 1
             slipped += res != right(a, op, b)
             assert nxt is None or nxt[0] == res  # the next step starts from the written value, slipped or not
