@@ -47,7 +47,7 @@ class Recipe:
 RECIPES: dict[str, Recipe] = {
     # SOAR demo: configs/soar-demo.yaml's model.seed, shipped so the demo does not build it
     "soar-demo-seed": Recipe(seed="evolution.seeds:demo_seed", evaluate="evolution.seeds:evaluate_demo_seed"),
-    # TPO demo: configs/tpo-demo.yaml's model (direct answers, and thoughts whose working is unreliable)
+    # TPO demo: configs/tpo-demo.yaml's model (direct answers, careful working and a careless 'Rough:' habit)
     "tpo-arith-seed": Recipe(seed="thinking.arith:demo_seed"),
     # scaling demo: configs/scaling-demo.yaml's model (solves, verifies and compares arithmetic word problems)
     "scaling-arith-seed": Recipe(seed="search.scaling.config:demo_seed"),
