@@ -17,6 +17,7 @@ the value written before it (`carried_slip`), so a right answer comes from right
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from thinking.prompts import DirectPrompt, DirectPromptConfig, ThoughtPrompt, ThoughtPromptConfig
@@ -46,29 +47,42 @@ def _text(start: int, steps: list[tuple[str, int]]) -> str:
     return str(start) + "".join(f"{op}{b}" for op, b in steps)
 
 
+def _value(start: int, steps: list[tuple[str, int]]) -> int:
+    v = start
+    for op, b in steps:
+        v = v + b if op == "+" else v - b
+    return v
+
+
 def instructions(n: int, seed: int, min_ops: int = 2, max_ops: int = 3) -> list[dict[str, str]]:
     """n arithmetic instructions with gold answers; ids carry the seed so splits never collide."""
     rng = random.Random(seed)
     rows = []
     for i in range(n):
         start, steps = _chain(rng, rng.randint(min_ops, max_ops))
-        v = start
-        for op, b in steps:
-            v = v + b if op == "+" else v - b
-        rows.append({"id": f"ar{seed}-{i}", "instruction": _text(start, steps), "reference": str(v)})
+        rows.append({"id": f"ar{seed}-{i}", "instruction": _text(start, steps), "reference": str(_value(start, steps))})
     return rows
+
+
+def _steps(start: int, steps: list[tuple[str, int]], rng: random.Random, slips: Callable[[int], bool],
+           floor: bool = True) -> tuple[list[str], int]:
+    """Each step ("7+8=15.") worked from the value written before it; where `slips(k)` the result
+    is off by 1-2 (not below zero with `floor`). Returns the steps and the value they end on."""
+    v, parts = start, []
+    for k, (op, b) in enumerate(steps):
+        r = v + b if op == "+" else v - b
+        if slips(k):
+            r += rng.choice([-2, -1, 1, 2])
+            r = max(0, r) if floor else r
+        parts.append(f"{v}{op}{b}={r}.")
+        v = r
+    return parts, v
 
 
 def working(start: int, steps: list[tuple[str, int]], rng: random.Random, corrupt: bool) -> tuple[str, int]:
     """Step-by-step working (" 7+8=15. 15-5=10.") and the value it ends on; corrupt: one step off."""
     bad = rng.randrange(len(steps)) if corrupt else -1
-    v, parts = start, []
-    for k, (op, b) in enumerate(steps):
-        r = v + b if op == "+" else v - b
-        if k == bad:
-            r += rng.choice([-2, -1, 1, 2])
-        parts.append(f"{v}{op}{b}={r}.")
-        v = r
+    parts, v = _steps(start, steps, rng, lambda k: k == bad, floor=False)
     return " " + " ".join(parts), v
 
 
@@ -76,18 +90,10 @@ def habit(start: int, steps: list[tuple[str, int]], rng: random.Random, kind: st
     """A thinking habit that does not help: "rough" (" Rough: 7+8=16. 16-5=11.", each step off by
     1-2 with probability `slip`, later steps carrying the slip) or "guess" (" Guess: 10.", the
     answer without working, wrong with probability `slip`). Its first word marks it."""
-    v = start
-    for op, b in steps:
-        v = v + b if op == "+" else v - b
     if kind == "guess":
+        v = _value(start, steps)
         return f" Guess: {max(0, v + rng.choice([-2, -1, 1, 2])) if rng.random() < slip else v}.", v
-    v, parts = start, []
-    for op, b in steps:
-        r = v + b if op == "+" else v - b
-        if rng.random() < slip:
-            r = max(0, r + rng.choice([-2, -1, 1, 2]))
-        parts.append(f"{v}{op}{b}={r}.")
-        v = r
+    parts, v = _steps(start, steps, rng, lambda _: rng.random() < slip)
     return " Rough: " + " ".join(parts), v
 
 
@@ -97,13 +103,7 @@ def carried_slip(prompt: str, start: int, steps: list[tuple[str, int]], rng: ran
     on correctly to the response. The slip is in the prompt, so the model never learns to make one."""
     k = rng.randint(1, len(steps) - 1)
     bad = rng.randrange(k)
-    v, parts = start, []
-    for i, (op, b) in enumerate(steps):
-        r = v + b if op == "+" else v - b
-        if i == bad:
-            r = max(0, r + rng.choice([-2, -1, 1, 2]))
-        parts.append(f"{v}{op}{b}={r}.")
-        v = r
+    parts, v = _steps(start, steps, rng, lambda i: i == bad)
     given, rest = " " + " ".join(parts[:k]), " " + " ".join(parts[k:])
     return {"prompt": prompt + given, "completion": f"{rest} {DEMO_THOUGHT.response_marker} {v}"}
 
@@ -132,7 +132,7 @@ def seed_corpus(n: int = 6000, seed: int = 0, thought_share: float = 0.3, corrup
                 work, v = working(start, steps, rng, rng.random() < corrupt_share)
             rows.append({"prompt": thought.build(instr), "completion": f"{work} {DEMO_THOUGHT.response_marker} {v}"})
         else:
-            _, v = working(start, steps, rng, False)
+            v = _value(start, steps)
             rows.append({"prompt": direct.build(instr), "completion": f" {v}"})
     return rows
 
