@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -180,3 +181,24 @@ def test_the_trace_check_judges_every_step_of_a_noisy_solution():
         steps, answer = noisy_solution(rng, start, ops)
         assert check_trace(steps, answer, ops, start)[1] == 0
         assert all(0 <= x for a, _, b, r in steps for x in (a, b, r))
+
+
+def test_verdict_only_rows_judge_the_candidate_in_the_prompt_and_write_no_check():
+    rows = seed_corpus(n=600, seed=4, check="verdict")
+    checks = [r for r in rows if r["prompt"].endswith("Check:")]
+    compares = [r for r in rows if r["prompt"].endswith("Compare:")]
+    assert {r["completion"] for r in checks} == {" Verdict: 0", " Verdict: 1"}
+    assert {r["completion"] for r in compares} == {" Verdict: 1", " Verdict: 2"}
+    # the label is the candidate's: 1 exactly when every step follows the question and is right
+    for r in checks:
+        question, candidate = r["prompt"].removeprefix("Q: ").removesuffix("\nCheck:").split("\nA: ")
+        value = int(re.search(r"has (\d+)", question).group(1))
+        gold = []
+        for verb, b in re.findall(r"(gets|buys|finds|wins|loses|sells|gives away|eats) (\d+)", question):
+            op = "+" if verb in ("gets", "buys", "finds", "wins") else "-"
+            gold.append(f"{value}{op}{b}={value + int(b) if op == '+' else value - int(b)}.")
+            value = value + int(b) if op == "+" else value - int(b)
+        right = candidate == " ".join(gold) + f" Answer: {value}"
+        assert (r["completion"] == " Verdict: 1") == right, (question, candidate, r["completion"])
+    ones = sum(r["completion"] == " Verdict: 1" for r in checks) / len(checks)
+    assert 0.35 < ones < 0.65  # about half of the candidates are correct

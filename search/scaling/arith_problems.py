@@ -213,7 +213,7 @@ def check_trace(steps: list[tuple[int, str, int, int]], answer: int, ops: list[t
     return " ".join(parts), verdict & int(answer == v)
 
 
-CHECKS = ("step", "redo", "trace")
+CHECKS = ("step", "redo", "trace", "verdict")
 
 
 def seed_corpus(
@@ -224,7 +224,10 @@ def seed_corpus(
 
     `check`: "step" writes each step with ok/bad (check_text: operands against the question too);
     "redo" redoes each step's result before copying the candidate's (check_redo); "trace" does
-    so for every step of candidates with independent slips (noisy_solution, check_trace)."""
+    so for every step of candidates with independent slips (noisy_solution, check_trace);
+    "verdict" judges the same noisy candidates with the verdict alone (" Verdict: 0"): with no
+    written check there is no place to write its own solution instead of reading the candidate
+    (what the tiny model did with every written format; README lists what each one measured)."""
     if verify_fraction + compare_fraction > 1:
         raise ValueError("verify_fraction + compare_fraction must be <= 1")
     if check not in CHECKS:
@@ -232,12 +235,14 @@ def seed_corpus(
     kinds = ("arith", "arith", "carry", "answer") if check == "redo" else ("arith", "arith", "flip", "answer")
 
     def checked(steps: list, ans: int, ops: list, start: int) -> tuple[str, int]:
+        if check == "verdict":
+            return "", check_trace(steps, ans, ops, start)[1]
         if check == "trace":
             return check_trace(steps, ans, ops, start)
         return check_redo(steps, ans, start) if check == "redo" else check_text(steps, ans, ops, start)
 
     def corrupted(start: int, ops: list) -> tuple[list, int]:
-        if check == "trace":
+        if check in ("trace", "verdict"):
             return noisy_solution(rng, start, ops)
         steps, ans, _ = corrupt(rng, start, ops, kinds)
         return steps, ans
@@ -257,7 +262,7 @@ def seed_corpus(
                 steps, ans = good, int(p["answer"])
             text, verdict = checked(steps, ans, ops, start)
             rows.append({"prompt": verify_prompt(q, format_solution(steps, ans), "compact"),
-                         "completion": f" {text} Verdict: {verdict}"})
+                         "completion": f"{' ' + text if text else ''} Verdict: {verdict}"})
         elif u < verify_fraction + compare_fraction:
             steps, ans = corrupted(start, ops)
             pair = [(good, int(p["answer"])), (steps, ans)]
@@ -265,8 +270,9 @@ def seed_corpus(
                 pair.reverse()
             checks = [checked(s, a, ops, start) for s, a in pair]
             winner = 1 if checks[0][1] == 1 else 2
+            body = "" if check == "verdict" else f" A1 {checks[0][0]} A2 {checks[1][0]}"
             rows.append({"prompt": compare_prompt(q, format_solution(*pair[0]), format_solution(*pair[1]), "compact"),
-                         "completion": f" A1 {checks[0][0]} A2 {checks[1][0]} Verdict: {winner}"})
+                         "completion": f"{body} Verdict: {winner}"})
         else:
             rows.append({"prompt": answer_prompt(q, "compact"), "completion": f" {good_text}"})
     return rows
