@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -30,13 +29,9 @@ from common.logs import setup_logging  # noqa: E402
 from thinking.arith import DEMO_DIRECT, DEMO_THOUGHT, instructions  # noqa: E402
 from thinking.pairs import Group, PairsConfig, Sample, build_pairs, choose_rho, trl_rows  # noqa: E402
 from thinking.prompts import DirectPrompt, ThoughtPrompt  # noqa: E402
+from verifiers.judges.programmatic import final_number  # noqa: E402
 
 PROMPTS = {"thought": ThoughtPrompt(DEMO_THOUGHT), "direct": DirectPrompt(DEMO_DIRECT)}
-
-
-def last_number(text: str) -> str | None:
-    found = re.findall(r"-?\d+", text)
-    return found[-1] if found else None
 
 
 @torch.inference_mode()
@@ -59,7 +54,7 @@ def generate(path: str, prompts: list[str], n: int, temperature: float, seed: in
 
 def is_right(arm: str, text: str, reference: str) -> bool:
     parsed = PROMPTS[arm].parse(text)
-    return parsed.ok and last_number(parsed.response) == reference
+    return parsed.ok and final_number(parsed.response) == reference
 
 
 def accuracy(path: str, arm: str, rows: list[dict], seeds=(0, 1, 2)) -> list[float]:
