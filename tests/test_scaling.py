@@ -285,4 +285,27 @@ def test_own_verification_is_the_verdicts_on_the_pools_own_candidates():
     pool = ScoredPool(["q"], correct, np.array([[0, 1, 2]], np.int32), np.array([[True, False, False]]),
                       verdicts, np.zeros((1, 3, 3, 3), np.int32), np.zeros((1, 3)))
     own = pool.own_verification()
-    assert own == {"on_correct": 0.5, "on_wrong": (0.5 + 1.0) / 2, "correct_candidates": 1, "wrong_candidates": 2}
+    assert {k: own[k] for k in ("on_correct", "on_wrong", "correct_candidates", "wrong_candidates")} == {
+        "on_correct": 0.5, "on_wrong": (0.5 + 1.0) / 2, "correct_candidates": 1, "wrong_candidates": 2}
+    # mean verdicts 0.5 (right), 0.25, 0 (wrong); the answers are three singletons (1 vote each)
+    assert own["within_question_auc"] == 1.0 and own["answer_frequency_auc"] == 0.5
+    assert own["mixed_questions"] == 1
+
+
+def test_within_question_auc_ignores_what_only_tells_questions_apart():
+    """A verifier that says 1 on every candidate of an easy question and 0 on every candidate of a
+    hard one ranks the pooled candidates well, and cannot select within a question: chance there.
+    Majority voting's signal (votes of the candidate's answer) is measured the same way."""
+    import numpy as np
+    # easy question: 3 of 4 right (one answer), 1 wrong; hard: 1 of 4 right, 3 wrong sharing one answer
+    correct = np.array([[True, True, True, False], [True, False, False, False]])
+    answers = np.array([[0, 0, 0, 1], [0, 1, 1, 1]], np.int32)
+    verdicts = np.repeat(np.array([[1], [0]], np.int8)[:, :, None], 4, 1).repeat(2, 2)  # [2, 4, 2]
+    pool = ScoredPool(["easy", "hard"], correct, answers, np.array([[True, False], [True, False]]),
+                      verdicts, np.zeros((2, 2, 2, 3), np.int32), np.zeros((2, 4)))
+    own = pool.own_verification()
+    assert own["pooled_auc"] == 0.75  # 9 of 16 pairs won, 6 tied
+    assert own["within_question_auc"] == 0.5
+    # votes: the easy question's right answer leads (3 vs 1), the hard one's wrong answer (1 vs 3)
+    assert own["answer_frequency_auc"] == (1.0 + 0.0) / 2
+    assert own["mixed_questions"] == 2

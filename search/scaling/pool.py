@@ -85,12 +85,25 @@ class ScoredPool:
     def own_verification(self) -> dict[str, float | int]:
         """How the verdicts judge the pool's own candidates: the share of 1 verdicts on correct
         candidates and of 0 verdicts on wrong ones (unparsable counts as neither). The benchmark's
-        triples are constructed; this is the accuracy that the search actually gets."""
+        triples are constructed; this is the accuracy that the search actually gets.
+
+        Selection happens within a question, so what decides Verification@k against
+        Consistency@k is how well each signal ranks one question's correct candidates above its
+        wrong ones: `within_question_auc` for the mean verdict, `answer_frequency_auc` for the
+        votes of the candidate's answer (majority voting's signal), each averaged over the
+        `mixed_questions` that have both. `pooled_auc` ranks all candidates together; a verifier
+        that only learned which questions are hard scores well there and at chance within one."""
         v, c = self.verdicts, self.correct
         ones, zeros = (v == 1).mean(-1), (v == 0).mean(-1)
+        score = mean_verdict(v)
+        mixed = c.any(1) & ~c.all(1)
         return {"on_correct": float(ones[c].mean()) if c.any() else float("nan"),
                 "on_wrong": float(zeros[~c].mean()) if (~c).any() else float("nan"),
-                "correct_candidates": int(c.sum()), "wrong_candidates": int((~c).sum())}
+                "correct_candidates": int(c.sum()), "wrong_candidates": int((~c).sum()),
+                "pooled_auc": auc(score.ravel(), c.ravel()),
+                "within_question_auc": _mean_or_nan(question_aucs(score, c)[mixed]),
+                "answer_frequency_auc": _mean_or_nan(question_aucs(answer_votes(self.answer_ids), c)[mixed]),
+                "mixed_questions": int(mixed.sum())}
 
     def subset(self, mask: np.ndarray) -> ScoredPool:
         idx = np.flatnonzero(mask)
@@ -139,6 +152,40 @@ class ScoredPool:
                     counts[i, x, y, {1: 0, 2: 1}.get(winner, 2)] += 1
         score = mean_verdict(verdicts)
         return cls([str(r["id"]) for r in records], correct, answer_ids, answer_correct, verdicts, counts, score)
+
+
+def question_aucs(score: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    """Per question [Q]: the chance that a random correct candidate scores above a random wrong one
+    (ties count half), from score and correct [Q, N]; NaN where a question lacks either kind."""
+    pos, neg = correct[:, :, None], ~correct[:, None, :]
+    diff = score[:, :, None] - score[:, None, :]
+    wins = ((diff > 0) + 0.5 * (diff == 0)) * (pos & neg)
+    pairs = (pos & neg).sum((1, 2))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(pairs > 0, wins.sum((1, 2)) / pairs, np.nan)
+
+
+def auc(score: np.ndarray, correct: np.ndarray) -> float:
+    """The same chance over one pooled set of candidates (NaN without both kinds), by ranks
+    (ties share their mean rank): a pool can hold far too many candidates for all pairs."""
+    score, correct = np.asarray(score, float).ravel(), np.asarray(correct, bool).ravel()
+    n_pos, n_neg = int(correct.sum()), int((~correct).sum())
+    if not n_pos or not n_neg:
+        return float("nan")
+    _, inverse, counts = np.unique(score, return_inverse=True, return_counts=True)
+    mean_rank = np.cumsum(counts) - (counts - 1) / 2  # 1-based mean rank of each distinct value
+    return float((mean_rank[inverse][correct].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def answer_votes(answer_ids: np.ndarray) -> np.ndarray:
+    """Per candidate [Q, N]: how many of its question's candidates give the same final answer
+    (0 for no answer), the count majority voting ranks answers by."""
+    same = (answer_ids[:, :, None] == answer_ids[:, None, :]) & (answer_ids[:, None, :] >= 0)
+    return np.where(answer_ids >= 0, same.sum(-1), 0)
+
+
+def _mean_or_nan(x: np.ndarray) -> float:
+    return float(x.mean()) if x.size else float("nan")
 
 
 def mean_verdict(verdicts: np.ndarray) -> np.ndarray:

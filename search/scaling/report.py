@@ -38,6 +38,13 @@ def report(cfg: ScalingConfig, summary: dict[str, Any]) -> str:
             out.append(f"Verdicts on the pool's own candidates: 1 on {own['on_correct']:.3f} of the verdicts on "
                        f"correct ones ({own['correct_candidates']}), 0 on {own['on_wrong']:.3f} on wrong ones "
                        f"({own['wrong_candidates']}).\n")
+            if "within_question_auc" in own:
+                out.append(f"Ranking one question's correct candidates above its wrong ones (AUC over the "
+                           f"{own['mixed_questions']} questions that have both): mean verdict "
+                           f"{own['within_question_auc']:.3f}, votes of the candidate's answer (what majority "
+                           f"voting uses) {own['answer_frequency_auc']:.3f}; the mean verdict over all "
+                           f"candidates pooled {own['pooled_auc']:.3f} (it also rewards knowing which questions "
+                           "are hard, which does not help selection).\n")
         for key, title in (("curves", "All questions"), ("curves_ambiguous", "Ambiguous questions")):
             out += [f"\n## {title}, largest k\n", "| strategy | k | accuracy | 95% CI |", "|---|---|---|---|"]
             for s, rows in summary[key].items():
