@@ -154,20 +154,9 @@ class ScoredPool:
         return cls([str(r["id"]) for r in records], correct, answer_ids, answer_correct, verdicts, counts, score)
 
 
-def question_aucs(score: np.ndarray, correct: np.ndarray) -> np.ndarray:
-    """Per question [Q]: the chance that a random correct candidate scores above a random wrong one
-    (ties count half), from score and correct [Q, N]; NaN where a question lacks either kind."""
-    pos, neg = correct[:, :, None], ~correct[:, None, :]
-    diff = score[:, :, None] - score[:, None, :]
-    wins = ((diff > 0) + 0.5 * (diff == 0)) * (pos & neg)
-    pairs = (pos & neg).sum((1, 2))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(pairs > 0, wins.sum((1, 2)) / pairs, np.nan)
-
-
 def auc(score: np.ndarray, correct: np.ndarray) -> float:
-    """The same chance over one pooled set of candidates (NaN without both kinds), by ranks
-    (ties share their mean rank): a pool can hold far too many candidates for all pairs."""
+    """The chance that a random correct candidate scores above a random wrong one (ties count
+    half), by ranks (ties share their mean rank); NaN without both kinds."""
     score, correct = np.asarray(score, float).ravel(), np.asarray(correct, bool).ravel()
     n_pos, n_neg = int(correct.sum()), int((~correct).sum())
     if not n_pos or not n_neg:
@@ -175,6 +164,11 @@ def auc(score: np.ndarray, correct: np.ndarray) -> float:
     _, inverse, counts = np.unique(score, return_inverse=True, return_counts=True)
     mean_rank = np.cumsum(counts) - (counts - 1) / 2  # 1-based mean rank of each distinct value
     return float((mean_rank[inverse][correct].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def question_aucs(score: np.ndarray, correct: np.ndarray) -> np.ndarray:
+    """auc() of each question [Q] from score and correct [Q, N]."""
+    return np.array([auc(s, c) for s, c in zip(score, correct, strict=True)])
 
 
 def answer_votes(answer_ids: np.ndarray) -> np.ndarray:
