@@ -17,6 +17,7 @@ drawn from that probability. No Ray, no Redis; on 2 cores a pool of 24,000 candi
     python scripts/own_verdict_probe.py measure --model /tmp/ov/verifier --pool /tmp/ov/heldout.jsonl
     python scripts/own_verdict_probe.py train --model models/scaling-arith-seed --synthetic 32000 \
         --out /tmp/ov/synthetic --steps 3000 --lr 1e-3      # constructed candidates instead
+    python scripts/own_verdict_probe.py measure --model /tmp/ov/synthetic --synthetic 1300   # on its training rows
 
 `--replay` adds that share (of the verdict rows) of the seed corpus's own answer rows: without it
 the generator forgets how to answer (pass@1 0.37 -> 0.03 after 1,500 steps).
@@ -39,7 +40,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from common.logs import setup_logging  # noqa: E402
 from search.scaling.arith_problems import make_problems, seed_corpus  # noqa: E402
 from search.scaling.curves import CurvesConfig, compute_curves  # noqa: E402
-from search.scaling.pool import ScoredPool  # noqa: E402
+from search.scaling.pool import ScoredPool, auc  # noqa: E402
 from training.sft import SFTJobConfig, train_sft  # noqa: E402
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent  # noqa: E402
 from verifiers.selfverify import answer_prompt, verify_prompt  # noqa: E402
@@ -162,7 +163,10 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--balance", action="store_true", help="as many right as wrong candidates per question")
     s = sub.add_parser("measure", help="AUCs and Verification@k vs Consistency@k on a held-out pool")
     s.add_argument("--model", required=True)
-    s.add_argument("--pool", required=True)
+    s.add_argument("--pool", default="", help="a held-out pool (pool's output)")
+    s.add_argument("--synthetic", type=int, default=0, metavar="N",
+                   help="instead: the check rows among the first N of seed_corpus(check='verdict'), the "
+                        "rows `train --synthetic` starts with (does the verdict fit its own training rows?)")
     s.add_argument("--k-verif", type=int, default=8)
     args = parser.parse_args(argv)
     setup_logging()
@@ -185,6 +189,16 @@ def main(argv: list[str] | None = None) -> None:
                            lr_scheduler_type="cosine", warmup_steps=50, seed=0,
                            logging_steps=max(1, args.steps // 10), save_steps=10**6)
         print(json.dumps(train_sft(cfg, data).metrics))
+    elif args.synthetic:
+        rows = [r for r in seed_corpus(n=args.synthetic, seed=3, check="verdict") if r["prompt"].endswith("\nCheck:")]
+        pool = []
+        for r in rows:  # "Q: <question>\nA: <candidate>\nCheck:" (verify_prompt, compact)
+            question, candidate = r["prompt"][len("Q: "):-len("\nCheck:")].split("\nA: ", 1)
+            pool.append({"question": question, "candidate": candidate})
+        right = np.array([r["completion"].endswith("1") for r in rows])
+        p_one = p_verdict_one(args.model, pool)
+        print(f"{len(rows)} training check rows: p(Verdict: 1) AUC {auc(p_one, right):.3f}, mean "
+              f"{p_one[right].mean():.3f} on right candidates, {p_one[~right].mean():.3f} on wrong ones")
     else:
         pool = [json.loads(line) for line in open(args.pool)]
         scored = scored_pool(pool, p_verdict_one(args.model, pool), args.k_verif)
