@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> None:
                         "rows `train --synthetic` starts with (does the verdict fit its own training rows?)")
     s.add_argument("--k-verif", type=int, default=8)
     args = parser.parse_args(argv)
+    if args.cmd != "pool" and bool(args.pool) == bool(args.synthetic):
+        parser.error(f"{args.cmd}: give --pool or --synthetic")
     setup_logging()
     if args.cmd == "pool":
         rows = sample_pool(args.model, args.questions, args.k, args.seed)
@@ -176,8 +178,6 @@ def main(argv: list[str] | None = None) -> None:
         Path(args.out).write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"{len(rows)} candidates, pass@1 {np.mean([r['correct'] for r in rows]):.3f} -> {args.out}")
     elif args.cmd == "train":
-        if bool(args.pool) == bool(args.synthetic):
-            parser.error("train: give --pool or --synthetic")
         if args.synthetic:
             data = seed_corpus(n=args.synthetic, seed=3, check="verdict")
         else:
