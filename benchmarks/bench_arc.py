@@ -195,11 +195,12 @@ spec = json.load(open(sys.argv[1]))
 ns = {}
 exec(spec["code"], ns)
 outs = []
-for g in spec["inputs"]:
+for g in spec["inputs"]:  # judged as run_bare judges: an exception, then an invalid grid
     try:
-        outs.append(np.asarray(ns["transform"](g)).tolist())
-    except Exception as e:
-        outs.append(repr(e))
+        out = np.asarray(ns["transform"](g))
+        outs.append("invalid" if out.ndim != 2 or out.size == 0 or out.min() < 0 or out.max() > 9 else "ok")
+    except Exception:
+        outs.append("error")
 print(json.dumps(outs))
 """
 
@@ -216,7 +217,8 @@ def run_subprocess(items: list[tuple[ArcTask, str]], limits: SandboxLimits) -> l
             try:
                 p = subprocess.run([sys.executable, "-c", _RUNNER, spec_path], capture_output=True,
                                    text=True, timeout=timeout)
-                statuses.append("ok" if p.returncode == 0 else "error")
+                outs = json.loads(p.stdout) if p.returncode == 0 and p.stdout.strip() else ["error"]
+                statuses.append("error" if "error" in outs else "invalid_output" if "invalid" in outs else "ok")
             except subprocess.TimeoutExpired:
                 statuses.append("timeout")
     return statuses
