@@ -176,11 +176,13 @@ class TransformersEngine:
 
     def _prefill(self, rows: list[list[int]]) -> tuple[DynamicCache, torch.Tensor, torch.Tensor]:
         """The states of `rows` (prompts but their last tokens): one cache, with its columns'
-        token ids and attention mask; through the prefix cache when there is one."""
+        token ids and attention mask; through the prefix cache when there is one. Only the
+        states are wanted: the forward passes compute one position's logits (logits_to_keep),
+        not the vocabulary's for every prompt token."""
         if self.prefix_cache is None:
             cache = DynamicCache(config=self.model.config)
             ids = torch.tensor(rows, device=self.device)
-            self.model(input_ids=ids, **{self._cache_arg: cache}, use_cache=True)
+            self.model(input_ids=ids, **{self._cache_arg: cache}, use_cache=True, logits_to_keep=1)
             return cache, ids, torch.ones_like(ids)
         return prefill(self.model, rows, self.prefix_cache, cache_arg=self._cache_arg,
                        pad_id=self.tokenizer.pad_token_id, device=self.device, shared=self.shared_prefix)

@@ -59,7 +59,7 @@ def prefill(model: Any, rows: list[list[int]], pc: PrefixCache, *, cache_arg: st
         if any(c != width_c for c in cached) or any(len(x) != width_s for x in rest):  # pads inside: say where
             positions = [[0] * (width_s - len(x)) + list(range(c, c + len(x))) for c, x in zip(cached, rest, strict=True)]
             extra = dict(attention_mask=mask_t, position_ids=torch.tensor(positions, device=device))
-        model(input_ids=ids_t[:, width_c:], **{cache_arg: cache}, use_cache=True, **extra)
+        model(input_ids=ids_t[:, width_c:], **{cache_arg: cache}, use_cache=True, logits_to_keep=1, **extra)
         _store(pc, rows, cached, [width_c + width_s - len(x) - c for c, x in zip(cached, rest, strict=True)],
                layer_states(cache))
         computed += sum(len(x) for x in rest)
@@ -99,7 +99,7 @@ def _prefill_shared(model: Any, rows: list[list[int]], pc: PrefixCache, prefix: 
     if width_s:
         positions = [[0] * (width_s - n) + list(range(c, c + n)) for c, n in zip(cached, new, strict=True)]
         model(input_ids=ids_t[:, head + width_c :], **{cache_arg: cache}, use_cache=True, attention_mask=mask_t,
-              position_ids=torch.tensor(positions, device=device))
+              position_ids=torch.tensor(positions, device=device), logits_to_keep=1)
         # row r's position j (j >= its cached c) is own column width_c + width_s - new + (j - c)
         _store(pc, [list(r) for r in distinct], cached,
                [width_c + width_s - n - c for c, n in zip(cached, new, strict=True)], layer_states(cache))

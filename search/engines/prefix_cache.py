@@ -26,6 +26,7 @@ from typing import Any
 
 DEFAULT_BLOCK_TOKENS = 16  # vLLM's default block size
 DEFAULT_MAX_BYTES = 512 * 2**20
+KEY_MEMO = 256  # prompts whose block hashes are remembered (more than one batch's rows)
 
 
 @dataclass
@@ -45,6 +46,8 @@ class PrefixCache:
             raise ValueError(f"prefix cache block_tokens={block_tokens} must be >= 1")
         self.max_bytes, self.block_tokens = max_bytes, block_tokens
         self._blocks: OrderedDict[bytes, _Block] = OrderedDict()  # least recently used first
+        # a prompt is looked up, matched and stored within one call: hash its blocks once
+        self._keys: OrderedDict[tuple[int, ...], list[bytes]] = OrderedDict()
         self.bytes = 0
         self.prompt_tokens = 0  # tokens of the prompts looked up
         self.reused_tokens = 0  # of which served from the cache
@@ -52,6 +55,17 @@ class PrefixCache:
 
     def block_keys(self, tokens: Sequence[int]) -> list[bytes]:
         """The hash chain over the full blocks of `tokens` (a partial last block has no key)."""
+        whole = tuple(tokens)
+        if (keys := self._keys.get(whole)) is not None:
+            self._keys.move_to_end(whole)
+            return keys
+        keys = self._chain(tokens)
+        self._keys[whole] = keys
+        if len(self._keys) > KEY_MEMO:
+            self._keys.popitem(last=False)
+        return keys
+
+    def _chain(self, tokens: Sequence[int]) -> list[bytes]:
         keys, parent = [], b""
         size = self.block_tokens
         for start in range(0, len(tokens) - size + 1, size):
@@ -97,6 +111,8 @@ class PrefixCache:
             self._blocks.move_to_end(key)
 
     def _make_room(self, nbytes: int, keep: Sequence[bytes]) -> None:
+        if self.bytes + nbytes <= self.max_bytes:
+            return  # the usual case: no walk over every block
         protected = set(keep)  # never evict the chain being stored: its tail would lose its head
         for key in list(self._blocks):
             if self.bytes + nbytes <= self.max_bytes:
