@@ -269,3 +269,40 @@ def test_samples_sharing_a_prefill_continue_the_prompt_correctly(engine):
     rows = engine.generate(PROMPTS, cold)
     assert [[c.text for c in row] for row in rows] == [[expected(p)] * 3 for p in PROMPTS]
     assert all(c.prompt_tokens == rows[i][0].prompt_tokens for i, row in enumerate(rows) for c in row)
+
+
+def test_openai_engine_closes_its_client_before_each_blocking_calls_loop_ends(caplog):
+    """generate() runs each call in a new event loop; a client left open past its loop was
+    closed later from another loop ('Task exception was never retrieved: Event loop is closed'
+    in every actor log that used the openai engine, and its sockets held until then)."""
+    import gc
+    import http.server
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as real servers: the client's pool holds the connection
+
+        def do_POST(self):  # noqa: N802 (http.server's name)
+            body = json.loads(self.rfile.read(int(self.headers["content-length"])))
+            data = json.dumps(_completion_body(body["n"], len(body["prompt"]))).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        engine = OpenAIEngine(f"http://127.0.0.1:{server.server_port}/v1", model="m")
+        with caplog.at_level("ERROR", logger="asyncio"):
+            for _ in range(3):
+                assert engine.generate(["a"], SamplingParams())[0][0].text == "t0"
+            gc.collect()
+        assert not [r for r in caplog.records if r.name == "asyncio"], [r.getMessage() for r in caplog.records]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -99,12 +99,12 @@ class OpenAIEngine:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.agenerate(prompts, params))
+            return asyncio.run(self._generate_once(prompts, params))
         box: dict[str, Any] = {}
 
         def run() -> None:
             try:
-                box["result"] = asyncio.run(self.agenerate(prompts, params))
+                box["result"] = asyncio.run(self._generate_once(prompts, params))
             except BaseException as e:  # re-raised in the caller's thread
                 box["error"] = e
 
@@ -114,6 +114,17 @@ class OpenAIEngine:
         if "error" in box:
             raise box["error"]
         return box["result"]
+
+    async def _generate_once(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        """agenerate in a loop that ends with it: its client (sockets, pool) is closed before the
+        loop closes, not later from another loop (which fails and logs 'Event loop is closed')."""
+        try:
+            return await self.agenerate(prompts, params)
+        finally:
+            if self._client is not None and self._client_loop is asyncio.get_running_loop():
+                client, self._client, self._client_loop = self._client, None, None
+                if self.http_client is None:  # a client passed in is its owner's to close
+                    await client.close()
 
     async def agenerate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         client = self._client_for_loop()
