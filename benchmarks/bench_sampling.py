@@ -6,7 +6,8 @@
 
 All four modes sample the same prompts with the same settings, split into the same requests
 (`--per-request` prompts each), with the same CPU threads per engine; rounds alternate the
-modes so background load hits them alike, and each mode's median round is reported:
+modes so background load hits them alike, and each mode's median round is reported, with its
+ratio to the engine's as a ratio of medians and as the median of per-round ratios (paired):
   engine   the transformers engine in this process, one request after another
   pool1    SamplerPool, 1 actor          (goal: >= 0.95 x engine)
   http     ratchet serve over a 1-actor pool, via the openai engine (goal: >= 0.9 x engine)
@@ -181,19 +182,26 @@ def main(argv: list[str] | None = None) -> None:
             counts[name] = n_tokens
 
     median = {name: statistics.median(r) for name, r in rates.items()}
+    # Each round's ratio to the engine's in the same round (seconds apart): slow drift in
+    # background load cancels in the pair, where a ratio of medians mixes rounds a minute apart.
+    paired = {name: statistics.median(r / e for r, e in zip(rates[name], rates["engine"], strict=True))
+              for name in modes}
+    paired["pool2"] = statistics.median(b / a for a, b in zip(rates["pool1"], rates["pool2"], strict=True))
     print(f"\nsampling throughput: {args.prompts} prompts x n={args.n}, max_tokens={args.max_tokens}, "
           f"{args.per_request} prompts/request, {args.engine_threads} thread(s)/engine, "
           f"{args.busy_cores} busy background core(s), "
           f"median of {args.rounds} rounds\nmodel {model}")
-    print(f"{'mode':8} {'tokens':>7} {'tok/s':>9} {'ratio':>7}  rounds (tok/s)")
+    print(f"{'mode':8} {'tokens':>7} {'tok/s':>9} {'ratio':>7} {'paired':>7}  rounds (tok/s)")
     for name in modes:
         ratio = median[name] / median["engine"]
         label = {"pool1": f"pool1/engine (goal >= {GOAL['pool1']})", "http": f"http/engine (goal >= {GOAL['http']})",
                  "pool2": "pool2/pool1 (2 actors)"}.get(name, "")
         if name == "pool2":
             ratio = median["pool2"] / median["pool1"]
-        print(f"{name:8} {counts[name]:7d} {median[name]:9.1f} {ratio:7.2f}  "
+        print(f"{name:8} {counts[name]:7d} {median[name]:9.1f} {ratio:7.2f} {paired[name]:7.2f}  "
               f"{' '.join(f'{r:.0f}' for r in rates[name])}  {label}")
+    print("(ratio: of the modes' median rounds; paired: the median of each round's ratio to the engine's "
+          "in the same round)")
     print(f"load average before the rounds {load[0]:.2f}, after {os.getloadavg()[0]:.2f} "
           f"({os.cpu_count()} CPUs)")
     print("\nwhere the time goes: CPU seconds per 1,000 tokens, by process, during each mode's rounds")
