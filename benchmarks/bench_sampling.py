@@ -6,7 +6,7 @@
 
 All four modes sample the same prompts with the same settings, split into the same requests
 (`--per-request` prompts each), with the same CPU threads per engine; rounds alternate the
-modes so background load hits them alike, and each mode's median round is reported, with its
+modes (in order, then in reverse) so background load hits them alike, and each mode's median round is reported, with its
 ratio to the engine's as a ratio of medians and as the median of per-round ratios (paired):
   engine   the transformers engine in this process, one request after another
   pool1    SamplerPool, 1 actor          (goal: >= 0.95 x engine)
@@ -172,8 +172,10 @@ def main(argv: list[str] | None = None) -> None:
     counts: dict[str, int] = {}
     cpu: dict[str, dict[str, float]] = {name: defaultdict(float) for name in modes}
     load = os.getloadavg()
-    for _ in range(args.rounds):
-        for name, run in modes.items():
+    for i in range(args.rounds):
+        # forward, then backward: no mode always follows the same one (pool2's two actors, say)
+        for name in (list(modes) if i % 2 == 0 else list(reversed(modes))):
+            run = modes[name]
             before = process_cpu(spinners)
             n_tokens, seconds = timed(run)
             for proc, used in process_cpu(spinners).items():

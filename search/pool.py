@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import threading
 import time
 from collections import deque
@@ -60,6 +61,7 @@ class ActorStats:
     cancelled: int  # generate calls skipped because their caller had gone (ray.cancel) before they began
     queue_depth: int  # requests sent to this actor and not yet answered
     restarts: int  # times this slot's actor was replaced after dying
+    niceness: int  # the actor process's scheduling niceness (PoolConfig.niceness)
     engine: dict[str, Any] = field(default_factory=dict)  # the engine's own stats(), if it has any (prefix cache)
 
 
@@ -126,7 +128,7 @@ class SamplerWorker:
         with self._stats_lock:
             return dict(version=self.engine.version, busy_s=self.busy_s, tokens_generated=self.tokens_generated,
                         requests=self.requests, running=self.running, cancelled=self.cancelled,
-                        engine=engine_stats() if callable(engine_stats) else {})
+                        niceness=os.nice(0), engine=engine_stats() if callable(engine_stats) else {})
 
 
 def freeze_heap() -> None:
@@ -235,6 +237,8 @@ class SamplerPool:
             # their requests; Ray's own restart would reload the checkpoint the actor began with.
             max_restarts=0,
         )
+        if config.niceness is not None:  # merged with the job's runtime_env (its env_vars too)
+            self._actor_options["runtime_env"] = {"env_vars": {"RAY_worker_niceness": str(config.niceness)}}
         self.router = Router(config.max_inflight_per_actor)
         for _ in range(config.num_actors):
             self.router.add(self._spawn())

@@ -28,6 +28,13 @@ class PoolConfig:
     max_request_retries: int = 3  # times a request is retried after its actor failed (each try on a fresh or other actor)
     request_timeout_s: float | None = 600.0  # a request's deadline: its actor is then taken for hung and replaced
     experiment: str | None = None  # model registry used by load(version)
+    # Ray starts worker processes at niceness 15 (its worker_niceness), so drivers and its own
+    # daemons stay responsive; a sampler actor is a job's main work, so it runs at this one (0:
+    # as a bare engine in a driver would; None: Ray's default). With one core busy elsewhere, a
+    # nice-15 actor yields that core to anything (bench_sampling). Applied by Ray when it
+    # starts the actor (the RAY_worker_niceness of its runtime_env, as Ray Jobs does for a
+    # job's driver), so it needs no privilege.
+    niceness: int | None = 0
 
     def __post_init__(self):
         engine_class(self.engine)  # raises on an unknown name, listing the known ones
@@ -36,6 +43,9 @@ class PoolConfig:
                 raise ValueError(f"PoolConfig.{name}={getattr(self, name)} must be >= 1")
         if self.max_request_retries < 0:
             raise ValueError(f"PoolConfig.max_request_retries={self.max_request_retries} must be >= 0")
+        if self.niceness is not None and not 0 <= self.niceness <= 19:
+            raise ValueError(f"PoolConfig.niceness={self.niceness} must be 0-19 (or null: Ray's default): "
+                             "a negative one needs privileges Ray's workers do not have")
         if self.request_timeout_s is not None and self.request_timeout_s <= 0:
             raise ValueError(f"PoolConfig.request_timeout_s={self.request_timeout_s} must be > 0 (or null: no deadline)")
         if "checkpoint" in self.engine_kwargs:

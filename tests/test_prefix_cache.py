@@ -140,7 +140,7 @@ def test_search_entries_report_the_prefix_cache_use_between_two_readings():
 
     def reading(prompt: int, reused: int, held: int, enabled: bool = True) -> ActorStats:
         cache = dict(enabled=True, prompt_tokens=prompt, reused_tokens=reused, bytes=held) if enabled else {"enabled": False}
-        return ActorStats(index=0, version="v0", busy_s=0.0, tokens_generated=0, requests=0, running=0, cancelled=0, queue_depth=0,
+        return ActorStats(index=0, version="v0", busy_s=0.0, tokens_generated=0, requests=0, running=0, cancelled=0, queue_depth=0, niceness=0,
                           restarts=0, engine={"prefix_cache": cache})
 
     use = prefix_cache_use([reading(100, 20, 5)], [reading(300, 170, 9)])
