@@ -30,6 +30,17 @@ class TaskSetConfig:
     heldout_ids: list[str] = field(default_factory=list)
     max_grid: int | None = None  # keep tasks whose grids are at most this many cells per side
     limit: int | None = None  # first N tasks after the filters
+    # Tasks searched every iteration for hindsight data only, never measured or counted as
+    # solved: SOAR learns from the programs of every training task it searches, not only from
+    # those it is scored on. Explicit ids, and/or the first `extra_limit` other tasks of the
+    # split (id order; in neither ids nor heldout_ids; grids within max_grid, 10 when unset;
+    # sampling prompt within search.max_prompt_chars).
+    extra_ids: list[str] = field(default_factory=list)
+    extra_limit: int = 0
+
+    def __post_init__(self):
+        if self.extra_limit < 0:
+            raise ValueError(f"tasks.extra_limit={self.extra_limit} must be >= 0")
 
 
 @dataclass

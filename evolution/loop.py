@@ -40,6 +40,7 @@ from evolution.learn import (
     seed_rows,
     train_and_publish,
 )
+from evolution.prompts import sampling_prompt
 from evolution.report import write_outputs
 from evolution.tasks import load_split, select
 from store import Store
@@ -74,6 +75,25 @@ def load_tasks(ts: TaskSetConfig) -> tuple[dict[str, ArcTask], dict[str, ArcTask
     return tasks, heldout
 
 
+def extra_tasks(cfg: SoarConfig, tasks: dict[str, ArcTask], heldout: dict[str, ArcTask]) -> dict[str, ArcTask]:
+    """Tasks searched for hindsight data only (`tasks.extra_ids`, `tasks.extra_limit`)."""
+    ts = cfg.tasks
+    if not (ts.extra_ids or ts.extra_limit):
+        return {}
+    split = load_split(ts.split)
+    taken = {*tasks, *heldout}
+    extra = select(split, ids=ts.extra_ids) if ts.extra_ids else {}
+    overlap = sorted(taken & set(extra))
+    if overlap:
+        raise ValueError(f"tasks.extra_ids {overlap} are also demo or held-out tasks: extra tasks are searched "
+                         "for hindsight data only")
+    fits = cfg.search.max_prompt_chars
+    others = [t for tid, t in select(split, max_grid=ts.max_grid or 10).items()
+              if tid not in taken and tid not in extra
+              and (fits is None or len(sampling_prompt(t, cfg.search.prompt_style)) <= fits)]
+    return extra | {t.id: t for t in others[:ts.extra_limit]}
+
+
 def base_model(cfg: SoarConfig, store: Store, task_ids: list[str]) -> ModelVersion:
     """The experiment's first version: on a fresh experiment, the configured checkpoint or the
     seed model (built, or reused from the cache), published as v0."""
@@ -93,8 +113,10 @@ def base_model(cfg: SoarConfig, store: Store, task_ids: list[str]) -> ModelVersi
 
 class SoarLoop:
     def __init__(self, cfg: SoarConfig, *, store: Store, tasks: dict[str, ArcTask], heldout: dict[str, ArcTask],
-                 base: ModelVersion, sampler: Any, verifier: Verifier, run_dir: Path, tracker: Tracker | None = None):
+                 base: ModelVersion, sampler: Any, verifier: Verifier, run_dir: Path, tracker: Tracker | None = None,
+                 extra: dict[str, ArcTask] | None = None):
         self.cfg, self.store, self.tasks, self.heldout, self.base = cfg, store, tasks, heldout, base
+        self.extra = extra or {}  # searched for hindsight data only: never measured, never in the reports' solved
         self.sampler, self.verifier, self.run_dir = sampler, verifier, run_dir
         self.tracker = tracker or Tracker({})  # each iteration's search (and measure) figures
         # checkpoints and datasets of this experiment only: a storage_path shared by experiments
@@ -132,9 +154,10 @@ class SoarLoop:
         return self.report()
 
     async def search(self, version: ModelVersion, iteration: int) -> SearchResult:
-        """One search over all tasks with `version`, archived under the experiment."""
+        """One search over the demo and extra tasks with `version`, archived under the experiment;
+        its figures are the demo tasks' (the extra ones only add how many of them it solved)."""
         cfg = self.cfg
-        budget = len(self.tasks) * (cfg.search.samples_per_task + cfg.search.refinements_per_task)
+        budget = len(self.tasks | self.extra) * (cfg.search.samples_per_task + cfg.search.refinements_per_task)
         bar = progress(total=budget, desc=f"iteration {iteration} programs", unit="prog")
         search = SoarSearch(cfg.search, sampler=self.sampler.submit, verifier=self.verifier,
                             archive=self.store.archive(cfg.experiment), model_version=version.version,
@@ -142,13 +165,15 @@ class SoarLoop:
                             on_progress=lambda task_id, n: bar.update(n))
         before = await self.sampler.stats()
         started = time.time()
-        outcomes = await search.run(self.tasks)
+        outcomes = await search.run(self.tasks | self.extra)
         wall = time.time() - started
         after = await self.sampler.stats()
         busy = sum(s.busy_s for s in after) - sum(s.busy_s for s in before)
         bar.close()
         rows = [metrics.task_row(self.tasks[t], outcomes[t], cfg.filters, cfg.vote) | {"iteration": iteration}
                 for t in self.tasks]
+        extra_rows = [metrics.task_row(self.extra[t], outcomes[t], cfg.filters, cfg.vote) for t in self.extra]
+        outcomes = {t: outcomes[t] for t in self.tasks}
         tried = cfg.search.samples_per_task + cfg.search.refinements_per_task
         budgets = [b for b in cfg.curve_budgets if b <= tried] or [1]
         entry = {
@@ -166,6 +191,9 @@ class SoarLoop:
             "prefix_cache": metrics.prefix_cache_use(before, after),
             "curve": metrics.curve(self.tasks, outcomes, budgets, cfg.filters, cfg.vote),
         }
+        if self.extra:
+            entry["extra"] = {"tasks": len(self.extra), "oracle": sum(r["oracle"] or 0.0 for r in extra_rows),
+                              "programs": sum(r["programs"] for r in extra_rows)}
         return SearchResult(entry, rows, outcomes)
 
     def examples(self) -> dict[str, tuple[ArcTask, str]]:
@@ -183,7 +211,7 @@ class SoarLoop:
             log.info("%s: reusing %s (trained before a restart)", note, done.version)
             return done, {}
         started = time.time()
-        rows, counts = hindsight_rows(cfg, self.store, self.tasks, iteration - 1)
+        rows, counts = hindsight_rows(cfg, self.store, self.tasks | self.extra, iteration - 1)
         if not rows:
             log.warning("%s: no hindsight data (no program ran cleanly); keeping %s", note, current.version)
             return current, counts | {"rows": 0}

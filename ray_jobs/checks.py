@@ -71,10 +71,15 @@ def check_soar(cfg: Any) -> None:
         raise ConfigError(f"tasks.split={ts.split!r}: {e}") from None
     _known_ids("tasks.ids", ts.ids, split, ts.split)
     _known_ids("tasks.heldout_ids", ts.heldout_ids, split, ts.split)
+    _known_ids("tasks.extra_ids", ts.extra_ids, split, ts.split)
     overlap = sorted(set(ts.ids) & set(ts.heldout_ids))
     if overlap:
         raise ConfigError(f"tasks.heldout_ids {overlap} are also in tasks.ids: held-out tasks must never be "
                           "searched or trained on; remove them from one list")
+    overlap = sorted(set(ts.extra_ids) & {*ts.ids, *ts.heldout_ids})
+    if overlap:
+        raise ConfigError(f"tasks.extra_ids {overlap} are also in tasks.ids or tasks.heldout_ids: extra tasks "
+                          "are searched for hindsight data only; remove them from one list")
     if cfg.model.checkpoint:
         need_path("model.checkpoint", cfg.model.checkpoint, "checkpoint directory")
     else:

@@ -20,7 +20,7 @@ from typing import Any
 from common.tracking import Tracker
 from evolution.backends import pool_verifier
 from evolution.config import ARC_DSL, SoarConfig
-from evolution.loop import SoarLoop, base_model, load_tasks
+from evolution.loop import SoarLoop, base_model, extra_tasks, load_tasks
 from ray_jobs import checks, runner
 from search.pool import SamplerPool
 from verifiers.arc.pool import ArcVerifierPool
@@ -30,8 +30,10 @@ log = logging.getLogger(__name__)
 
 async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
     tasks, heldout = load_tasks(cfg.tasks)
+    extra = extra_tasks(cfg, tasks, heldout)
     base = base_model(cfg, ctx.store, sorted({*tasks, *heldout}))
-    log.info("%d tasks, %d held out; base model %s = %s", len(tasks), len(heldout), base.version, base.checkpoint)
+    log.info("%d tasks, %d held out, %d searched for hindsight data only; base model %s = %s", len(tasks),
+             len(heldout), len(extra), base.version, base.checkpoint)
     sampler_pool = SamplerPool(cfg.sampler, checkpoint=base.checkpoint, version=base.version, files=base.files)
     verifier_pool = ArcVerifierPool(actors=cfg.verifier.actors, workers_per_actor=cfg.verifier.workers_per_actor,
                                     allowed_modules=(ARC_DSL,), use_cache=cfg.verifier.use_cache,
@@ -40,7 +42,7 @@ async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
     try:
         await sampler_pool.ready()
         loop = SoarLoop(cfg, store=ctx.store, tasks=tasks, heldout=heldout, base=base, sampler=sampler_pool,
-                        verifier=pool_verifier(verifier_pool), run_dir=ctx.run_dir, tracker=tracker)
+                        verifier=pool_verifier(verifier_pool), run_dir=ctx.run_dir, tracker=tracker, extra=extra)
         return await loop.fit()
     finally:
         tracker.close()

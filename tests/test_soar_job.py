@@ -13,11 +13,12 @@ from _ray_head import ray_head
 
 from common.config import load_config
 from evolution.config import SoarConfig, TaskSetConfig
-from evolution.loop import load_tasks
+from evolution.loop import extra_tasks, load_tasks
 from ray_jobs import runner, soar
 
 TASK_IDS = ["3c9b0459", "6150a2bd"]
 HELDOUT_ID = "67a3c6ac"  # 3x3 too; never searched for hindsight, never trained on
+EXTRA_ID = "25ff71a9"  # 3x3: searched for hindsight data only, never measured
 ITERATION_FIELDS = {"iteration", "model_version", "tasks", "solved", "oracle", "programs", "executions",
                     "cache_hits", "sampler_busy_frac", "wall_s", "prefix_cache", "curve", "timing"}
 MEASURED_FIELDS = {"seeds", "solved_seeds", "heldout_solved_seeds", "hit_rate", "heldout_hit_rate"}
@@ -41,7 +42,8 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
     overrides = job_overrides(soar_model, tmp_path, experiment_name) + [
         "iterations=2", "learn.max_steps=5", "learn.batch_size=4",
         "filters.refine_ignores=[error,invalid_grid]",  # the test model is barely trained
-        f"tasks.heldout_ids=[{HELDOUT_ID}]", "controls.seeds=[0,1]", "controls.measure_models=true",
+        f"tasks.heldout_ids=[{HELDOUT_ID}]", f"tasks.extra_ids=[{EXTRA_ID}]", "controls.seeds=[0,1]",
+        "controls.measure_models=true",
         "controls.random_prior=true", "controls.seed_only=true",
     ]
     cfg = load_config("configs/soar-demo.yaml", SoarConfig, overrides)
@@ -54,7 +56,8 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
     assert summary["iterations"] == entries and [e["iteration"] for e in entries] == [0, 1]
     for entry in entries:
         assert ITERATION_FIELDS <= set(entry)
-        assert entry["tasks"] == 2 and entry["programs"] == 2 * (8 + 4)
+        assert entry["tasks"] == 2 and entry["programs"] == 2 * (8 + 4)  # the demo tasks' figures only
+        assert entry["extra"]["tasks"] == 1 and entry["extra"]["programs"] == 8 + 4
         assert [p["n"] for p in entry["curve"]] == [1, 4, 12]
         assert 0 <= entry["solved"] <= entry["oracle"] + 1e-9 <= 2
         assert 0 < entry["sampler_busy_frac"] <= 1.0
@@ -70,6 +73,7 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
         assert entries[1]["model_version"] == "v1" and models[1].parent == "v0"
         assert (run_dir / "data" / "it0").exists()
         assert {"dataset_s", "train_s", "switch_s", "search_s"} <= set(entries[1]["timing"])
+        assert entries[1]["hindsight"]["tasks_with_rows"] == 3  # the extra task's programs are data too
     assert entries[0]["model_version"] == "v0"
     for name in ("random_prior", "seed_only_control"):
         control = summary["baselines"][name]
@@ -84,6 +88,8 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
     assert "Paired differences" in report
     # held-out tasks were searched, in their own namespaces only: hindsight never saw them
     assert not store.archive(experiment_name).get_task(HELDOUT_ID)
+    assert store.archive(experiment_name).get_task(EXTRA_ID)  # searched with the demo tasks ...
+    assert not store.archive(f"{experiment_name}.eval.v0.demo.s1").get_task(EXTRA_ID)  # ... never measured
     assert store.archive(f"{experiment_name}.eval.v0.heldout.s1").get_task(HELDOUT_ID)
     assert store.experiments.get(experiment_name).status == "done"
     # a rerun resumes from the store: budgets spent, the model already trained, nothing redone
@@ -97,6 +103,25 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
 def test_held_out_tasks_must_not_be_search_tasks():
     with pytest.raises(ValueError, match="held-out tasks must never be trained on"):
         load_tasks(TaskSetConfig(ids=TASK_IDS, heldout_ids=[TASK_IDS[0]]))
+
+
+def test_extra_tasks_are_other_small_tasks_whose_prompts_fit():
+    from evolution.prompts import sampling_prompt
+    from evolution.tasks import max_side
+
+    named = "0d3d703e"  # 3x3, in neither of the demo config's lists
+    cfg = load_config("configs/soar-demo.yaml", SoarConfig, ["tasks.extra_limit=40", f"tasks.extra_ids=[{named}]"])
+    tasks, heldout = load_tasks(cfg.tasks)
+    extra = extra_tasks(cfg, tasks, heldout)
+    assert len(extra) == 41 and next(iter(extra)) == named  # explicit ids first, then 40 picked
+    assert not set(extra) & {*tasks, *heldout}
+    assert all(max_side(t) <= 10 and len(sampling_prompt(t)) <= cfg.search.max_prompt_chars for t in extra.values())
+    assert extra_tasks(load_config("configs/soar-demo.yaml", SoarConfig), tasks, heldout) == {}
+    with pytest.raises(ValueError, match="tasks.extra_ids .* are also demo or held-out tasks"):
+        extra_tasks(load_config("configs/soar-demo.yaml", SoarConfig, [f"tasks.extra_ids=[{TASK_IDS[0]}]"]), tasks,
+                    heldout)
+    with pytest.raises(ValueError, match="tasks.extra_limit=-1 must be >= 0"):
+        TaskSetConfig(extra_limit=-1)
 
 
 @pytest.mark.slow
