@@ -12,6 +12,8 @@ ratio to the engine's as a ratio of medians and as the median of per-round ratio
   pool1    SamplerPool, 1 actor          (goal: >= 0.95 x engine)
   http     ratchet serve over a 1-actor pool, via the openai engine (goal: >= 0.9 x engine)
   pool2    SamplerPool, 2 actors         (scaling, reported as measured)
+  pool1@N  with --also-niceness N: a 1-actor pool at niceness N (the actors' default is 0;
+           Ray's own default for workers is 15), to see what the actors' priority is worth
 A random-weight model rarely emits EOS, so nearly every completion runs to max_tokens.
 
 Where the time goes: for each mode, the CPU seconds every process of this run used during
@@ -123,6 +125,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--engine-threads", type=int, default=1, help="torch threads of every engine")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--busy-cores", type=int, default=0, help="background processes spinning a core each")
+    parser.add_argument("--also-niceness", type=int, default=None,
+                        help="also a 1-actor pool at this niceness (15: Ray's default for its workers)")
     args = parser.parse_args(argv)
     busy = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy_cores)]
     for p in busy:
@@ -150,9 +154,12 @@ def main(argv: list[str] | None = None) -> None:
     engine = make_engine("transformers", checkpoint=model, **engine_kwargs)
     pool1 = SamplerPool(PoolConfig(num_actors=1, **pool_cfg), checkpoint=model)
     pool2 = SamplerPool(PoolConfig(num_actors=2, **pool_cfg), checkpoint=model)
+    pools = [pool1, pool2]
+    if args.also_niceness is not None:
+        pools.append(SamplerPool(PoolConfig(num_actors=1, niceness=args.also_niceness, **pool_cfg), checkpoint=model))
 
     async def ready() -> None:
-        await asyncio.gather(pool1.ready(), pool2.ready())
+        await asyncio.gather(*(p.ready() for p in pools))
 
     # The pools load first: on a busy machine, Serve's proxy starting alongside three model
     # loads can miss Serve's fixed 60 s start-up timeout.
@@ -166,6 +173,8 @@ def main(argv: list[str] | None = None) -> None:
         "http": lambda: client.generate(prompts, params),
         "pool2": lambda: pool2.generate_sync(prompts, params),
     }
+    if args.also_niceness is not None:
+        modes[f"pool1@{args.also_niceness}"] = lambda: pools[2].generate_sync(prompts, params)
     for run in modes.values():  # warm-up: first-call costs (allocator, HTTP connections)
         run()
     rates: dict[str, list[float]] = {name: [] for name in modes}
@@ -215,8 +224,8 @@ def main(argv: list[str] | None = None) -> None:
     from ray import serve
 
     serve.shutdown()
-    pool1.shutdown()
-    pool2.shutdown()
+    for pool in pools:
+        pool.shutdown()
     ray.shutdown()
     for p in busy:
         p.terminate()

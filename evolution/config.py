@@ -34,9 +34,10 @@ class TaskSetConfig:
     # solved: SOAR learns from the programs of every training task it searches, not only from
     # those it is scored on. Explicit ids, and/or the first `extra_limit` other tasks of the
     # split (id order; in neither ids nor heldout_ids; grids within max_grid, 10 when unset;
-    # sampling prompt within search.max_prompt_chars).
+    # sampling prompt within search.max_prompt_chars), from `extra_split` (default: split).
     extra_ids: list[str] = field(default_factory=list)
     extra_limit: int = 0
+    extra_split: str | None = None
 
     def __post_init__(self):
         if self.extra_limit < 0:

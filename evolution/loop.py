@@ -80,8 +80,8 @@ def extra_tasks(cfg: SoarConfig, tasks: dict[str, ArcTask], heldout: dict[str, A
     ts = cfg.tasks
     if not (ts.extra_ids or ts.extra_limit):
         return {}
-    split = load_split(ts.split)
-    taken = {*tasks, *heldout}
+    split = load_split(ts.extra_split or ts.split)
+    taken = {*tasks, *heldout}  # ARC ids name a task in every split that holds it
     extra = select(split, ids=ts.extra_ids) if ts.extra_ids else {}
     overlap = sorted(taken & set(extra))
     if overlap:

@@ -71,7 +71,13 @@ def check_soar(cfg: Any) -> None:
         raise ConfigError(f"tasks.split={ts.split!r}: {e}") from None
     _known_ids("tasks.ids", ts.ids, split, ts.split)
     _known_ids("tasks.heldout_ids", ts.heldout_ids, split, ts.split)
-    _known_ids("tasks.extra_ids", ts.extra_ids, split, ts.split)
+    extra_split = split
+    if ts.extra_split and ts.extra_split != ts.split:
+        try:
+            extra_split = load_split(ts.extra_split)
+        except ValueError as e:
+            raise ConfigError(f"tasks.extra_split={ts.extra_split!r}: {e}") from None
+    _known_ids("tasks.extra_ids", ts.extra_ids, extra_split, ts.extra_split or ts.split)
     overlap = sorted(set(ts.ids) & set(ts.heldout_ids))
     if overlap:
         raise ConfigError(f"tasks.heldout_ids {overlap} are also in tasks.ids: held-out tasks must never be "

@@ -140,6 +140,9 @@ def test_a_dry_run_with_octal_looking_ids_checks_them_and_exits_0(capsys):
     code, out, err = run_cli(soar, ["--config", "configs/soar-demo.yaml", "tasks.split=arc1-eval",
                                     "tasks.ids=[00576224, 03560426]", "tasks.heldout_ids=[]", "--dry-run"], capsys)
     assert (code, err) == (0, "") and "checked; nothing started" in out
+    code, out, err = run_cli(soar, ["--config", "configs/soar-demo.yaml", "tasks.extra_split=arc1-eval",
+                                    "tasks.extra_ids=[0c786b71]", "--dry-run"], capsys)
+    assert (code, err) == (0, "") and "checked; nothing started" in out
 
 
 # --- 3. everything checkable is checked before Redis, Ray or a seed build ---------------------
@@ -149,6 +152,9 @@ def test_a_dry_run_with_octal_looking_ids_checks_them_and_exits_0(capsys):
     (soar, ["tasks.heldout_ids=[nothere1]"], "tasks.heldout_ids: 1 task id(s) not in 'arc1-train'"),
     (soar, ["tasks.split=arc3-train"], "tasks.split='arc3-train': not one of"),
     (soar, ["tasks.ids=[1e0a9b12]", "tasks.heldout_ids=[1e0a9b12]"], "are also in tasks.ids"),
+    (soar, ["tasks.extra_ids=[1e0a9b12]"], "tasks.extra_ids ['1e0a9b12'] are also in tasks.ids or tasks.heldout_ids"),
+    (soar, ["tasks.extra_ids=[0c786b71]"], "tasks.extra_ids: 1 task id(s) not in 'arc1-train'"),
+    (soar, ["tasks.extra_split=arc3-eval"], "tasks.extra_split='arc3-eval': not one of"),
     (soar, ["model.checkpoint=models/no-such-seed"], "model.checkpoint='models/no-such-seed': no such checkpoint"),
     (soar, ["model.checkpoint=", "model.seed.corpus=nowhere.module:rows"], "model.seed.corpus='nowhere.module:rows'"),
     (scaling, ["dataset=data/math500.jsonl"], "dataset='data/math500.jsonl': no such JSONL file"),

@@ -117,6 +117,8 @@ def test_extra_tasks_are_other_small_tasks_whose_prompts_fit():
     assert not set(extra) & {*tasks, *heldout}
     assert all(max_side(t) <= 10 and len(sampling_prompt(t)) <= cfg.search.max_prompt_chars for t in extra.values())
     assert extra_tasks(load_config("configs/soar-demo.yaml", SoarConfig), tasks, heldout) == {}
+    other = load_config("configs/soar-demo.yaml", SoarConfig, ["tasks.extra_split=arc1-eval", "tasks.extra_ids=[0c786b71]"])
+    assert list(extra_tasks(other, tasks, heldout)) == ["0c786b71"]  # an evaluation task, searched for data only
     with pytest.raises(ValueError, match="tasks.extra_ids .* are also demo or held-out tasks"):
         extra_tasks(load_config("configs/soar-demo.yaml", SoarConfig, [f"tasks.extra_ids=[{TASK_IDS[0]}]"]), tasks,
                     heldout)
