@@ -12,8 +12,8 @@ ratio to the engine's as a ratio of medians and as the median of per-round ratio
   pool1    SamplerPool, 1 actor          (goal: >= 0.95 x engine)
   http     ratchet serve over a 1-actor pool, via the openai engine (goal: >= 0.9 x engine)
   pool2    SamplerPool, 2 actors         (scaling, reported as measured)
-  pool1@N  with --also-niceness N: a 1-actor pool at niceness N (the actors' default is 0;
-           Ray's own default for workers is 15), to see what the actors' priority is worth
+  pool1@N  with --also-niceness N: a 1-actor pool at niceness N (the others run at Ray's
+           default for workers, 15), to see what the actors' priority is worth
 A random-weight model rarely emits EOS, so nearly every completion runs to max_tokens.
 
 Where the time goes: for each mode, the CPU seconds every process of this run used during
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--busy-cores", type=int, default=0, help="background processes spinning a core each")
     parser.add_argument("--also-niceness", type=int, default=None,
-                        help="also a 1-actor pool at this niceness (15: Ray's default for its workers)")
+                        help="also a 1-actor pool at this niceness (0: as the bare engine; the others: Ray's 15)")
     args = parser.parse_args(argv)
     busy = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy_cores)]
     for p in busy:
@@ -149,8 +149,9 @@ def main(argv: list[str] | None = None) -> None:
     engine_kwargs = {"num_threads": args.engine_threads}
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    # Fractional CPUs so all three pools fit the 2 logical CPUs; only one works at a time.
-    pool_cfg = dict(engine_kwargs=engine_kwargs, num_cpus_per_actor=0.5, prompts_per_request=args.per_request)
+    # Fractional CPUs so every pool's actors fit the 2 logical CPUs (5 with --also-niceness, the
+    # endpoint's included); only one works at a time.
+    pool_cfg = dict(engine_kwargs=engine_kwargs, num_cpus_per_actor=0.3, prompts_per_request=args.per_request)
     engine = make_engine("transformers", checkpoint=model, **engine_kwargs)
     pool1 = SamplerPool(PoolConfig(num_actors=1, **pool_cfg), checkpoint=model)
     pool2 = SamplerPool(PoolConfig(num_actors=2, **pool_cfg), checkpoint=model)

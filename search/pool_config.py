@@ -28,13 +28,12 @@ class PoolConfig:
     max_request_retries: int = 3  # times a request is retried after its actor failed (each try on a fresh or other actor)
     request_timeout_s: float | None = 600.0  # a request's deadline: its actor is then taken for hung and replaced
     experiment: str | None = None  # model registry used by load(version)
-    # Ray starts worker processes at niceness 15 (its worker_niceness), so drivers and its own
-    # daemons stay responsive; a sampler actor is a job's main work, so it runs at this one (0:
-    # as a bare engine in a driver would; None: Ray's default). With one core busy elsewhere, a
-    # nice-15 actor yields that core to anything (bench_sampling). Applied by Ray when it
-    # starts the actor (the RAY_worker_niceness of its runtime_env, as Ray Jobs does for a
-    # job's driver), so it needs no privilege.
-    niceness: int | None = 0
+    # The actors' scheduling niceness; None: Ray's default for workers (15, so drivers and its
+    # daemons stay responsive). 0 competes with other processes as a bare engine in a driver
+    # would; bench_sampling --also-niceness measures the difference (none beyond its noise on a
+    # 2-core machine with one busy core). Applied by Ray when it starts the actor (the
+    # RAY_worker_niceness of its runtime_env, as Ray Jobs does for a job's driver): no privilege needed.
+    niceness: int | None = None
 
     def __post_init__(self):
         engine_class(self.engine)  # raises on an unknown name, listing the known ones
