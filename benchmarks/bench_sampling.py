@@ -6,8 +6,9 @@
 
 All four modes sample the same prompts with the same settings, split into the same requests
 (`--per-request` prompts each), with the same CPU threads per engine; rounds alternate the
-modes (in order, then in reverse) so background load hits them alike, and each mode's median round is reported, with its
-ratio to the engine's as a ratio of medians and as the median of per-round ratios (paired):
+modes (in order, then in reverse) so background load hits them alike, and each mode's median
+round is reported, with its ratio to the engine's as a ratio of medians and as the median of
+per-round ratios (paired):
   engine   the transformers engine in this process, one request after another
   pool1    SamplerPool, 1 actor          (goal: >= 0.95 x engine)
   http     ratchet serve over a 1-actor pool, via the openai engine (goal: >= 0.9 x engine)
