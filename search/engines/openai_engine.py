@@ -18,7 +18,15 @@ from typing import Any
 
 import openai
 
-from common.sampling import PREFILL, Completion, ContextLengthError, Prompt, SamplingParams, check_counts, is_prefilled
+from common.sampling import (
+    PREFILL,
+    Completion,
+    ContextLengthError,
+    Prompt,
+    SamplingParams,
+    check_counts,
+    is_prefilled,
+)
 
 
 def request_groups(prompts: Sequence[Prompt], params: SamplingParams, size: int
