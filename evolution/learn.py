@@ -16,7 +16,7 @@ from typing import Any
 from datasets import Dataset
 
 from evolution.config import LearnConfig, SoarConfig
-from evolution.hindsight import build_rows
+from evolution.hindsight import Examples, build_rows
 from evolution.records import Candidate
 from store import Store, keys
 from store.models import ModelVersion
@@ -51,8 +51,8 @@ def seed_rows(cfg: SoarConfig, n: int, seed: int, task_ids: list[str]) -> list[d
     return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
 
 
-def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], iteration: int
-                   ) -> tuple[list[dict[str, str]], dict[str, int]]:
+def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], iteration: int,
+                   examples: Examples | None = None) -> tuple[list[dict], dict[str, int]]:
     """Relabeled programs and refinement pairs from the archive, as prompt/completion rows.
 
     With `learn.hindsight.iterations: last`, the programs `iteration`'s search tried, found by
@@ -68,7 +68,8 @@ def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], ite
             seen = archive.marks(keys.search_counter(iteration, "seen", tid))
             cands[tid] = [c for c in cands[tid] if c.code_hash in seen]
     rows, counts = build_rows(tasks, cands, cfg.learn.hindsight, iteration, style=cfg.search.prompt_style,
-                              max_prompt_chars=cfg.search.max_prompt_chars, filters=cfg.filters)
+                              max_prompt_chars=cfg.search.max_prompt_chars, filters=cfg.filters,
+                              chat=cfg.search.prompt_format == "chat", examples=examples)
     return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows], counts
 
 
