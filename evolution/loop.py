@@ -45,7 +45,7 @@ from evolution.report import write_outputs
 from evolution.tasks import load_split, select
 from store import Store
 from store.models import ModelVersion
-from training import embedded
+from training import embedded, pretrained
 from training.checkpoints import clean_scratch, is_chat_model, publish
 from training.seed import build_seed_model
 from verifiers.arc.examples import SOLUTIONS
@@ -100,7 +100,8 @@ def base_model(cfg: SoarConfig, store: Store, task_ids: list[str]) -> ModelVersi
     registry = store.models(cfg.experiment)
     if registry.current() is None:
         if cfg.model.checkpoint:
-            publish(store, cfg.experiment, embedded.verified(cfg.model.checkpoint), parent=None, metrics={},
+            checkpoint = embedded.verified(pretrained.resolve_checkpoint(cfg.model.checkpoint))
+            publish(store, cfg.experiment, checkpoint, parent=None, metrics={},
                     note="base")
         else:
             seed_cfg = replace(cfg.model.seed, corpus_kwargs=seed_corpus_kwargs(cfg, task_ids))

@@ -21,6 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import ray
+
 from common.tracking import Tracker, training_args
 from ray_jobs import checks, runner
 from search.pool import SamplerPool
@@ -28,6 +30,7 @@ from thinking import report
 from thinking.config import TpoConfig
 from thinking.loop import TpoLoop
 from thinking.state import TpoState
+from training import pretrained
 from training.checkpoints import clean_scratch, discard_unpublished
 from training.dpo import DPOJobConfig, train_dpo_remote
 from verifiers.judges import make_judge as build
@@ -36,8 +39,9 @@ log = logging.getLogger(__name__)
 
 
 def resolve(path: str) -> str:
-    """Absolute checkpoint path (Ray workers do not run in the driver's directory)."""
-    p = Path(path)
+    """Absolute checkpoint path (Ray workers do not run in the driver's directory); a
+    `pretrained:<name>` is fetched (once) and converted."""
+    p = Path(pretrained.resolve_checkpoint(path))
     return str(p.resolve()) if p.exists() else path
 
 
@@ -75,12 +79,17 @@ def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path):
                            completion_eos=not cfg.pairs.divergence_words,  # windows stop mid-thought
                            **dpo_loss(t.sft_weight),
                            **training_args(cfg.tracking, run_dir, out.name))
-        result = await train_dpo_remote(job, rows)
+        result = await train_dpo_remote(job, rows, num_cpus=t.num_cpus)
         return result.checkpoint, result.metrics | {"rows": len(rows)}
     return train
 
 
 async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
+    held = {"sampler actors": cfg.sampler.num_actors * cfg.sampler.num_cpus_per_actor}
+    if cfg.judge.kind == "pairwise" and cfg.judge.engine == "pool":
+        held["the judge's actor"] = cfg.sampler.num_cpus_per_actor
+    checks.check_cpus("tpo", held, "DPO", cfg.train.num_cpus if cfg.iterations else 0.0,
+                      ray.cluster_resources().get("CPU", 0))
     models = ctx.store.models(cfg.experiment)
     seed = resolve(cfg.model.checkpoint)
     pool = SamplerPool(replace(cfg.sampler, experiment=cfg.experiment), checkpoint=seed)

@@ -32,7 +32,7 @@ def test_thought_prompts_name_both_markers(kind, style):
 
 
 def test_parser_splits_thought_from_response():
-    tp = ThoughtPrompt(ThoughtPromptConfig(style="chat"))
+    tp = ThoughtPrompt(ThoughtPromptConfig(style="chat", prefill_thought_marker=False))
     out = tp.parse("Here is my thought process: 2+2 is 4.\nHere is my response: Four.")
     assert (out.ok, out.thought, out.response) == (True, "2+2 is 4.", "Four.")
 
@@ -44,7 +44,7 @@ def test_parser_splits_thought_from_response():
     ("Here is my thought process: a Here is my response: b Here is my response: c", "more than one"),
 ])
 def test_parser_marks_unparsable_instead_of_guessing(text, reason):
-    out = ThoughtPrompt(ThoughtPromptConfig(style="chat")).parse(text)
+    out = ThoughtPrompt(ThoughtPromptConfig(style="chat", prefill_thought_marker=False)).parse(text)
     assert not out.ok and out.response == "" and reason in out.error
 
 
@@ -53,6 +53,26 @@ def test_plain_prompt_prefills_the_thought_marker():
     assert tp.build("3+4").endswith("Work:")
     out = tp.parse(" 3+4=7. So: 7")
     assert (out.ok, out.thought, out.response) == (True, "3+4=7.", "7")
+
+
+def test_chat_prompt_prefills_the_thought_marker_and_dpo_rows_carry_it():
+    """A chat model is asked in a user message and its answer starts with the thought marker (an
+    assistant message it continues); the DPO rows are TRL's conversational ones with the marker
+    back at the start of each assistant message, the tokens the model was sampled at."""
+    from common.sampling import is_prefilled
+    from thinking.pairs import trl_rows
+
+    tp = ThoughtPrompt(ThoughtPromptConfig(style="chat"))
+    prompt = tp.build("3+4")
+    assert prompt[0]["role"] == "user" and is_prefilled(prompt)
+    assert prompt[-1]["content"] == "Here is my thought process:"
+    out = tp.parse(" 3+4=7.\nHere is my response: 7")
+    assert (out.ok, out.thought, out.response) == (True, "3+4=7.", "7")
+    (row,) = trl_rows([{"prompt": prompt, "chosen": " 3+4=7. Here is my response: 7",
+                        "rejected": " no. Here is my response: 8"}])
+    assert row["prompt"] == [prompt[0]]
+    assert row["chosen"] == [{"role": "assistant", "content": "Here is my thought process: 3+4=7. Here is my response: 7"}]
+    assert row["rejected"][0]["content"].startswith("Here is my thought process: no.")
 
 
 def test_direct_prompt_whole_completion_is_the_response():
@@ -316,9 +336,10 @@ def test_restart_with_another_seed_is_refused(store, experiment_name):
         other.seed_version()
 
 
-def test_pairs_that_windows_drop_publish_the_start_model_untrained(store, experiment_name):
-    """With pairs.divergence_words, pairs whose windows come out equal are dropped; when none
-    is left the round publishes its start model instead of training on an empty dataset."""
+def test_a_round_without_rows_fails_loudly_and_publishes_nothing(store, experiment_name):
+    """With pairs.divergence_words, pairs whose windows come out equal are dropped; when none is
+    left the round fails with what it counted, and never publishes the untouched start model as
+    'thought iteration 1' (which the old code did, then measured it as trained)."""
     from dataclasses import replace
 
     cfg = tiny_cfg(experiment_name)
@@ -327,5 +348,8 @@ def test_pairs_that_windows_drop_publish_the_start_model_untrained(store, experi
     loop = make_loop(cfg, store, StubSampler(), RecordingJudge(), trained)
     start = store.models(cfg.experiment).publish("/ckpt/seed", note="seed")
     pairs = [{"prompt": "Q: 1+1\nWork:", "chosen": " a b", "rejected": " a b ", "instruction_id": "i0", "kind": "scored"}]
-    version = asyncio.run(loop.train_and_publish("thought", 0, pairs, start, {"pairs": 1}))
-    assert trained == [] and version.checkpoint == "/ckpt/seed" and version.metrics == {"pairs": 0}
+    with pytest.raises(RuntimeError, match=r"\[thought it0\] no DPO rows: 1 pairs.*divergence_words"):
+        asyncio.run(loop.train_and_publish("thought", 0, pairs, start, {"pairs": 1}))
+    assert trained == [] and [m.note for m in store.models(cfg.experiment).list()] == ["seed"]
+    with pytest.raises(RuntimeError, match="no DPO rows: 0 pairs"):
+        asyncio.run(loop.train_and_publish("thought", 0, [], start, {"pairs": 0, "ties": 6}))

@@ -64,7 +64,7 @@ class TrainConfig:
     # weight of a negative log-likelihood term on the chosen response (TRL loss_type ["sigmoid", "sft"],
     # as Iterative RPO adds); 0: plain DPO, as the paper trains
     sft_weight: float = 0.0
-    num_cpus: int = 1  # CPUs of the training Ray task (a GPU is used when the cluster has one)
+    num_cpus: float = 1.0  # Ray CPUs reserved for the DPO task (a GPU is used when the cluster has one)
 
     def __post_init__(self):
         if self.sft_weight < 0:

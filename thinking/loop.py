@@ -178,8 +178,13 @@ class TpoLoop:
         if found is not None:  # trained before a restart
             return found
         rows = trl_rows(pairs, self.cfg.pairs.divergence_words)  # windows may drop pairs that do not differ
-        if not rows:
-            return self.models.publish(start.checkpoint, parent=start.version, metrics={"pairs": 0}, note=note)
+        if not rows:  # never publish the untouched start model under a trained version's name
+            raise RuntimeError(
+                f"[{arm} it{iteration}] no DPO rows: {counts.get('pairs', len(pairs))} pairs, "
+                f"{counts.get('ties', 0)} tied groups, {counts.get('unparsable_candidates', 0)} unparsable outputs"
+                f"{' (pairs.divergence_words dropped pairs whose windows do not differ)' if pairs else ''}; "
+                "nothing to train on. Check that the model writes both markers (prompt.style, "
+                "prompt.prefill_thought_marker), raise sample.k or sample.temperature, or change the judge")
         checkpoint, metrics = await self.train_fn(rows, start, arm, iteration)
         return self.models.publish(checkpoint, parent=start.version, metrics=metrics | counts, note=note)
 
