@@ -363,3 +363,19 @@ def test_every_eos_id_of_the_generation_config_stops_the_transformers_engine(mod
     assert engine.eos_ids == [engine.tokenizer.eos_token_id, first]
     stopped = engine.generate(PROMPTS[:1], SamplingParams(temperature=0, max_tokens=6))[0][0]
     assert (stopped.finish_reason, stopped.completion_tokens) == ("stop", 1)
+
+
+def test_engine_kwargs_of_another_engine_are_refused_when_the_config_loads():
+    """tpo-qwen's vLLM engine_kwargs with sampler.engine=transformers crash-looped every actor
+    (TypeError in the constructor, 4 restarts); --dry-run passed the config."""
+    from common.config import ConfigError, load_config
+    from thinking.config import TpoConfig
+
+    with pytest.raises((ConfigError, ValueError), match=r"\['gpu_memory_utilization', 'max_model_len'\] are not arguments of the "
+                                                        r"transformers engine"):
+        load_config("configs/tpo-qwen.yaml", TpoConfig, ["sampler.engine=transformers"])
+    from search.pool_config import PoolConfig
+
+    PoolConfig(engine="openai", engine_kwargs={"base_url": "http://x/v1", "api_key_env": "KEY"})  # a reference is fine
+    with pytest.raises(ValueError, match="are not arguments of the openai engine"):
+        PoolConfig(engine="openai", engine_kwargs={"base_url": "http://x/v1", "batch_size": 8})
