@@ -14,12 +14,12 @@ summary.json (the contract):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from common.jsonio import write_json
 from thinking.pairs import Sample
 
 PER_SEED = ("score", "win_rate_vs_seed", "win_rate_vs_direct", "accuracy", "thought_len", "response_len",
@@ -101,7 +101,7 @@ def plot(summary: dict[str, Any], path: Path, metric: str) -> None:
 
 
 def write(run_dir: Path, summary: dict[str, Any]) -> None:
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(run_dir / "summary.json", summary)
     metric = "win_rate_vs_seed"
     plot(summary, run_dir / "iterations.png", metric)
     cols = ["iteration", "model_version", "score", "win_rate_vs_seed", "win_rate_vs_direct", "accuracy",
