@@ -21,6 +21,7 @@ from evolution.records import Candidate
 from store import Store, keys
 from store.models import ModelVersion
 from training.checkpoints import discard_unpublished, publish
+from training.common import lora_args
 from training.corpora import load_corpus
 from training.sft import SFTJobConfig, train_sft_remote
 from verifiers.arc.grids import ArcTask
@@ -76,7 +77,7 @@ def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], ite
 async def train_and_publish(learn: LearnConfig, store: Store, *, registry: str, rows: list[dict[str, str]],
                             start: ModelVersion, storage: Path, data_name: str, name: str, steps: int,
                             seed: int, note: str, parent: str | None, metrics: dict[str, Any],
-                            train_args: dict[str, Any] | None = None) -> Trained:
+                            train_args: dict[str, Any] | None = None, base_checkpoint: str = "") -> Trained:
     """rows -> `storage/data/<data_name>` -> SFT from `start` for `steps` ->
     `storage/checkpoints/<name>` -> published in `registry` with `note` (how a restarted job
     finds it again). `train_args`: more SFTJobConfig fields (report_to: common.tracking)."""
@@ -89,7 +90,7 @@ async def train_and_publish(learn: LearnConfig, store: Store, *, registry: str, 
     sft = SFTJobConfig(
         model_path=start.checkpoint, output_dir=str(final.resolve()), max_steps=steps,
         learning_rate=learn.learning_rate, per_device_train_batch_size=learn.batch_size,
-        max_length=learn.max_length, lora=learn.lora, seed=seed,
+        max_length=learn.max_length, seed=seed, **lora_args(learn.lora, learn, base_checkpoint or start.checkpoint),
         # a Ray task's stderr is no terminal: the trainer's numbers come as log lines, not a bar
         disable_tqdm=True, logging_steps=max(1, steps // 5), **(train_args or {}),
     )

@@ -245,7 +245,8 @@ class SoarLoop:
                                           name=f"it{iteration}", steps=cfg.learn.max_steps,
                                           seed=iteration - 1, note=note, parent=current.version,
                                           metrics=counts | {"rows": hindsight},
-                                          train_args=training_args(cfg.tracking, self.run_dir, f"it{iteration}"))
+                                          train_args=training_args(cfg.tracking, self.run_dir, f"it{iteration}"),
+                                          base_checkpoint=self.base.checkpoint)  # seeds train fully, others LoRA
         self.store.events(cfg.experiment).emit("published", version=trained.version.version, iteration=iteration)
         return trained.version, counts | {"rows": hindsight, "dataset_s": round(prep_s + trained.dataset_s, 2),
                                           "train_s": trained.train_s}

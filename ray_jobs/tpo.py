@@ -32,6 +32,7 @@ from thinking.loop import TpoLoop
 from thinking.state import TpoState
 from training import pretrained
 from training.checkpoints import clean_scratch, discard_unpublished
+from training.common import lora_args
 from training.dpo import DPOJobConfig, train_dpo_remote
 from verifiers.judges import make_judge as build
 
@@ -66,14 +67,15 @@ def dpo_loss(sft_weight: float) -> dict[str, Any]:
     return {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, sft_weight]} if sft_weight else {}
 
 
-def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path):
+def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path, seed_checkpoint: str):
     async def train(rows: list[dict[str, Any]], start, arm: str, iteration: int) -> tuple[str, dict[str, Any]]:
         t = cfg.train
         out = storage / "checkpoints" / f"{arm}-it{iteration + 1}"
         discard_unpublished(out, models.list())  # a run killed before publishing it; never a published one
         # a Ray task's stderr is no terminal: the trainer's numbers come as log lines, not a bar
         job = DPOJobConfig(model_path=start.checkpoint, output_dir=str(out.resolve()),
-                           max_steps=t.max_steps, learning_rate=t.learning_rate, beta=t.beta, lora=t.lora,
+                           max_steps=t.max_steps, learning_rate=t.learning_rate, beta=t.beta,
+                           **lora_args(t.lora, t, seed_checkpoint),
                            per_device_train_batch_size=t.batch_size, max_length=t.max_length,
                            disable_tqdm=True, logging_steps=max(1, t.max_steps // 5), seed=iteration,
                            completion_eos=not cfg.pairs.divergence_words,  # windows stop mid-thought
@@ -103,7 +105,7 @@ async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
         await pool.ready()
         state = TpoState(ctx.store.client, cfg.experiment, ctx.store.fence_for(cfg.experiment))  # fenced writes
         loop = TpoLoop(cfg, state=state, models=models, sampler=pool, judge=judge,
-                       train=dpo_trainer(cfg, storage, models, ctx.run_dir), seed_checkpoint=seed, tracker=tracker)
+                       train=dpo_trainer(cfg, storage, models, ctx.run_dir, seed), seed_checkpoint=seed, tracker=tracker)
         summary = await loop.run()
     finally:
         tracker.close()

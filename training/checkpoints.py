@@ -44,6 +44,11 @@ class CheckpointExists(CheckpointError):
 SEED_INFO = "ratchet_seed.json"  # written by training.seed: the model learnt plain text, not chat turns
 
 
+def is_seed_model(path: str | os.PathLike[str]) -> bool:
+    """One of ratchet's seed models (training.seed), which train fully; pretrained ones take LoRA."""
+    return (Path(path) / SEED_INFO).exists()
+
+
 def is_chat_model(path: str | os.PathLike[str]) -> bool:
     """Whether a checkpoint is prompted as a chat model: it ships a chat template and is not one of
     ratchet's seed models (their minimal template only serves `ratchet serve`; they learnt plain text)."""
