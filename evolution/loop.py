@@ -218,8 +218,9 @@ class SoarLoop:
             return {}
         if self._examples is None:  # searches, measurements and hindsight rows all show these
             arc1 = load_split("arc1-train")
+            shown_never = {*self.tasks, *self.heldout}  # a held-out task's code in a prompt would leak it
             self._examples = {tid: (arc1[tid], code) for tid, code in SOLUTIONS.items()
-                              if tid in arc1 and tid not in self.tasks}
+                              if tid in arc1 and tid not in shown_never}
         return self._examples
 
     async def learn(self, iteration: int, current: ModelVersion) -> tuple[ModelVersion, dict[str, Any]]:
