@@ -64,6 +64,12 @@ def instructions(n: int, seed: int, min_ops: int = 2, max_ops: int = 3) -> list[
     return rows
 
 
+def one_step_instructions(n: int, seed: int) -> list[dict[str, str]]:
+    """n one-operation instructions ("7+8"): SmolLM2-135M-Instruct answers some of them right, and
+    none of the two- and three-step chains, so only these give its judge right and wrong to tell apart."""
+    return instructions(n, seed, min_ops=1, max_ops=1)
+
+
 def _steps(start: int, steps: list[tuple[str, int]], rng: random.Random, slips: Callable[[int], bool],
            floor: bool = True) -> tuple[list[str], int]:
     """Each step ("7+8=15.") worked from the value written before it; where `slips(k)` the result
