@@ -129,7 +129,7 @@ class SoarLoop:
     def __init__(self, cfg: SoarConfig, *, store: Store, tasks: dict[str, ArcTask], heldout: dict[str, ArcTask],
                  base: ModelVersion, sampler: Any, verifier: Verifier, run_dir: Path, tracker: Tracker | None = None,
                  extra: dict[str, ArcTask] | None = None):
-        self.cfg = with_prompt_format(cfg, base.checkpoint)
+        self.cfg = with_prompt_format(cfg, base.checkpoint) if base is not None else cfg
         self.store, self.tasks, self.heldout, self.base = store, tasks, heldout, base
         self.extra = extra or {}  # searched for hindsight data only: never measured, never in the reports' solved
         self.sampler, self.verifier, self.run_dir = sampler, verifier, run_dir

@@ -37,7 +37,6 @@ class PoolConfig:
 
     def __post_init__(self):
         engine_class(self.engine)  # raises on an unknown name, listing the known ones
-        check_engine_kwargs(self.engine, self.engine_kwargs)  # an actor given a wrong one crash-loops
         for name in ("num_actors", "max_inflight_per_actor", "prompts_per_request"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PoolConfig.{name}={getattr(self, name)} must be >= 1")
@@ -55,3 +54,4 @@ class PoolConfig:
             raise ValueError(f"PoolConfig.engine_kwargs.{key} holds a secret, which Ray would keep in its cluster "
                              f"state with the actors' arguments: put it in an environment variable on every node "
                              f"(or a file) and set engine_kwargs.{ref}")
+        check_engine_kwargs(self.engine, self.engine_kwargs)  # an actor given a wrong one crash-loops

@@ -183,13 +183,16 @@ def test_the_shipped_demo_configs_pass_a_dry_run(job, config, capsys):
 def test_print_config_prints_the_resolved_config_with_secrets_blanked(capsys):
     code, out, _ = run_cli(tpo, ["--config", "configs/tpo-demo.yaml", "iterations=1", "judge.kind=pairwise",
                                  "judge.engine=openai", "judge.base_url=http://user:pw-abcdef123456@h:8000/v1",
-                                 "sampler.engine_kwargs={api_key_env: OPENAI_API_KEY, batch_size: 4}",
+                                 "sampler.engine=openai",  # a key by reference is an openai engine's argument
+                                 "sampler.engine_kwargs={base_url: 'http://h:8000/v1', api_key_env: OPENAI_API_KEY, "
+                                 "prompts_per_request: 4}",
                                  "--print-config"], capsys)
     printed = yaml.safe_load(out)
     assert code == 0 and "pw-abcdef123456" not in out
     assert printed["iterations"] == 1 and printed["experiment"] == "tpo-demo"
     assert printed["judge"]["base_url"] == "http://user:***@h:8000/v1"
-    assert printed["sampler"]["engine_kwargs"] == {"api_key_env": "OPENAI_API_KEY", "batch_size": 4}  # a name
+    assert printed["sampler"]["engine_kwargs"] == {"base_url": "http://h:8000/v1", "api_key_env": "OPENAI_API_KEY",
+                                                   "prompts_per_request": 4}  # a name, never the key
     assert printed["measure"]["seeds"] == [0, 1, 2]  # from the file
 
 
