@@ -44,8 +44,8 @@ def test_bootstrap_half_widths_are_the_normal_quantile_times_the_standard_error(
     x[0, : int(p * n)] = 1
     se = math.sqrt(p * (1 - p) / n)
     lo, hi = bootstrap_ci(x, many_resamples, confidence)
-    assert (p - lo[0]) / se == pytest.approx(z(confidence), rel=0.04)
-    assert (hi[0] - p) / se == pytest.approx(z(confidence), rel=0.04)
+    assert (p - lo[0]) / se == pytest.approx(z(confidence), rel=0.06)
+    assert (hi[0] - p) / se == pytest.approx(z(confidence), rel=0.06)  # a 90% tail is 16% short
 
 
 def test_a_95_interval_is_wider_than_a_90_one_on_the_same_resamples():
@@ -93,7 +93,7 @@ def test_curves_report_intervals_at_the_configured_confidence():
 
 
 # -- the paired t interval (evolution/comparisons.py) ---------------------------------------------
-@pytest.mark.parametrize("n", [2, 3, 5, 10, 20, 30, 31, 32, 33, 45, 100, 1000])
+@pytest.mark.parametrize("n", [*range(2, 40), 45, 100, 1000])
 def test_paired_difference_half_width_is_t_975_times_the_standard_error(n):
     rng = np.random.default_rng(n)
     a, b = rng.normal(1.0, 2.0, n).tolist(), rng.normal(0.0, 1.0, n).tolist()
