@@ -65,8 +65,9 @@ TARGETS = {
                           "_O_ASYNC", "FCNTL_ALLOWED", "F_SETFL", "MAX_CLOCK_ID", "ALLOWED_SYSCALLS",
                           "SeccompFilter")),
     "pairs": Target("thinking/pairs.py",
-                    "tests/test_tpo_length.py tests/test_tpo.py -k 'pair or rho or ties or unparsable or length "
-                    "or divergence or window'"),
+                    "tests/test_pairs.py tests/test_tpo_length.py tests/test_tpo.py "
+                    "tests/test_tpo_dpo.py::test_divergence_windows_move_the_common_prefix_into_the_prompt "
+                    "-k 'pair or rho or ties or unparsable or length or divergence or window'"),
     "curves": Target("search/scaling/curves.py", "tests/test_curves.py tests/test_intervals.py",
                      skip=("plot_curves",)),
     "comparisons": Target("evolution/comparisons.py", "tests/test_comparisons.py tests/test_intervals.py"),
