@@ -111,10 +111,12 @@ test-all: setup
 chaos: setup
 	$(PY) scripts/chaos.py --workloads soar scaling tpo
 
-# Mutation testing of the pure-logic modules, each against its own fast tests: a kill rate per
-# module and its survivors in runs/mutate/ (docs/testing.md). Slow (hours for every module on 2
+# Mutation testing: every argument rule of the sandbox's filter widened in turn (each must fail a
+# test), then the pure-logic modules, each against its own fast tests: a kill rate per module
+# and its survivors in runs/mutate/ (docs/testing.md). Slow (hours for every module on 2
 # cores): not part of `make test`. Some: make mutate MODULES="fence pairs curves".
 mutate: setup $(MUTATE)/bin/cosmic-ray
+	$(PY) scripts/fence_widenings.py
 	$(PY) scripts/mutate.py --tools $(MUTATE)/bin $(MODULES)
 
 $(MUTATE)/bin/cosmic-ray:
