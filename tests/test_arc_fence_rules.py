@@ -17,7 +17,6 @@ from verifiers.arc import fence
 from verifiers.arc.sandbox import SandboxLimits, SandboxWorker, decode_run
 
 OK, DENIED, REFUSED = 0, 1, 2  # success; EPERM (the filter); another error (the kernel)
-MAX_FDS = 8  # fenced_child.MAX_FDS: the RLIMIT_NOFILE every program runs under
 NR = {name: fence._libseccomp().seccomp_syscall_resolve_name(name.encode())
       for name in ("fcntl", "prlimit64", "newfstatat", "clock_gettime", "clock_getres", "clock_nanosleep", "gettid")}
 
@@ -51,7 +50,8 @@ def fcntl(cmd, arg=0):
 
 def nofile_limit():
     c, _ = sc('prlimit64', 0, 7, 0, BUF)  # RLIMIT_NOFILE, read only
-    return c if c else (0 if BUF.raw[:16] == ({max_fds}).to_bytes(8, 'little') * 2 else 2)
+    soft, hard = int.from_bytes(BUF.raw[:8], 'little'), int.from_bytes(BUF.raw[8:16], 'little')
+    return c if c else (0 if 0 < soft == hard <= 64 else 2)  # the few fds the sandbox grants, soft = hard
 
 def set_nofile_to_itself(pid):
     cur = ctypes.create_string_buffer(16)
@@ -82,8 +82,7 @@ def worker():
 def run_probes(worker: SandboxWorker, probes: dict[str, str]) -> dict[str, int]:
     """{label: OK | DENIED | REFUSED} for each probe (a Python expression) run in one program."""
     assert len(probes) <= 900, "one program returns at most a 30x30 grid"
-    program = PRELUDE.format(nr=NR, max_fds=MAX_FDS,
-                             probes="\n".join(f"    lambda: {p}," for p in probes.values()))
+    program = PRELUDE.format(nr=NR, probes="\n".join(f"    lambda: {p}," for p in probes.values()))
     [result] = decode_run(worker.run("fence-rules", [[[0]]], LIMITS, program), 1)
     assert result.status == "ok", result
     cells = [c for row in result.output for c in row]
