@@ -7,6 +7,9 @@ PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.ratchet-installed
 TOOLS ?= .venv-tools
 GPUSET ?= .venv-gpuset
+MUTATE ?= .venv-mutate
+COSMIC_RAY_VERSION := 8.7.0
+MODULES ?=
 UV_VERSION := 0.13.8
 # Offline by design: nothing may fetch weights or datasets from a hub at run time.
 export HF_HUB_OFFLINE := 1
@@ -14,7 +17,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: pretrained demo-real chaos setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
+.PHONY: pretrained demo-real mutate chaos setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -117,6 +120,17 @@ test-all: setup
 # points of a small soar and scaling run, restart, compare with an uninterrupted run (minutes).
 chaos: setup
 	$(PY) scripts/chaos.py --workloads soar scaling tpo
+
+# Mutation testing: every argument rule of the sandbox's filter widened in turn (each must fail a
+# test), then the pure-logic modules, each against its own fast tests: a kill rate per module
+# and its survivors in runs/mutate/ (docs/testing.md). Slow (hours for every module on 2
+# cores): not part of `make test`. Some: make mutate MODULES="fence pairs curves".
+mutate: setup $(MUTATE)/bin/cosmic-ray
+	$(PY) scripts/fence_widenings.py
+	$(PY) scripts/mutate.py --tools $(MUTATE)/bin $(MODULES)
+
+$(MUTATE)/bin/cosmic-ray:
+	python3 -m venv $(MUTATE) && $(MUTATE)/bin/pip install -q cosmic-ray==$(COSMIC_RAY_VERSION)
 
 bench: setup
 	$(PY) -m benchmarks

@@ -30,3 +30,47 @@ def test_comparisons_pair_the_last_iteration_with_each_control_on_the_same_seeds
     lines = comparison_lines(comps, 1)
     assert "**>0**" in lines[2]  # 3, 3, 2 against the seed model: an interval above zero
     assert "**>0**" not in lines[3].split("|")[3]  # held-out against the control: it straddles 0
+
+
+def _entry(solved, seeds=(0, 1, 2), **extra):
+    return {"seeds": list(seeds), "solved_seeds": solved, **extra}
+
+
+def test_one_measured_iteration_is_compared_with_the_controls_only():
+    # with a single measured model there is no seed model to compare it with (not itself)
+    comps = comparisons([_entry([3, 4, 5])], {"seed_only_control": _entry([1, 2, 3])})
+    assert set(comps) == {"last_minus_seed_only_control"}
+    assert comps["last_minus_seed_only_control"]["solved_seeds"]["diffs"] == [2, 2, 2]
+
+
+def test_the_last_of_several_iterations_is_the_one_compared():
+    entries = [_entry([1, 1, 1]), _entry([2, 2, 2]), _entry([5, 6, 7]), {"iteration": 3}]  # the last: unmeasured
+    comps = comparisons(entries, None)
+    assert comps["last_minus_seed_model"]["solved_seeds"]["diffs"] == [4, 5, 6]
+
+
+def test_a_control_on_other_seeds_does_not_hide_the_controls_after_it():
+    baselines = {"random_prior": _entry([0, 0], seeds=(7, 8)), "seed_only_control": _entry([1, 1, 1])}
+    comps = comparisons([_entry([1, 1, 1]), _entry([2, 3, 4])], baselines)
+    assert set(comps) == {"last_minus_seed_model", "last_minus_seed_only_control"}
+
+
+def test_only_metrics_both_sides_measured_are_compared():
+    last = _entry([2, 3, 4], heldout_solved_seeds=[1, 1, 1])
+    comps = comparisons([_entry([1, 1, 1]), last], None)  # the seed model has no held-out numbers
+    assert set(comps["last_minus_seed_model"]) == {"solved_seeds"}
+
+
+def test_two_seeds_give_an_interval():
+    d = paired_difference([1.0, 3.0], [0.0, 0.0])
+    assert d["ci95"] == pytest.approx([2.0 - 12.706, 2.0 + 12.706])  # sd sqrt(2), t(0.975, 1) 12.706
+
+
+@pytest.mark.parametrize("ci,mark", [((0.5, 1.5), " **>0**"), ((-1.5, -0.5), " **<0**"), ((-0.5, 0.5), ""),
+                                     ((0.0, 1.0), ""), ((-1.0, 0.0), "")])
+def test_a_difference_is_marked_only_when_its_whole_interval_is_on_one_side_of_zero(ci, mark):
+    # "a claim that the model learned needs the whole interval above 0": touching 0 is not above
+    d = {"mean": sum(ci) / 2, "ci95": list(ci)}
+    line = comparison_lines({"last_minus_seed_model": {"solved_seeds": d}}, 2)[2]
+    cell = line.split("|")[2]
+    assert cell.endswith(f"]{mark} "), cell

@@ -128,3 +128,85 @@ def test_pool_from_records_counts_comparisons_and_rejects_ragged_records():
     ragged = dict(rec, id="b", candidates=rec["candidates"][:1])
     with pytest.raises(ValueError, match="candidates per question"):
         ScoredPool.from_records([rec, ragged])
+
+
+# -- edges found by `make mutate MODULES=curves` (docs/testing.md) ----------------------------------
+def test_differences_are_the_strategy_minus_its_baseline_at_each_k():
+    pool = synthetic_pool(60, 8, 4, seed=2)
+    curves = compute_curves(pool, CurvesConfig(seeds=5, bootstrap=100, strategies=["consistency", "verification"]))
+    acc = {(p.strategy, p.k): p.accuracy for p in curves.points if p.subset == "all" and p.k_verif in (None, 4)}
+    assert curves.differences
+    for row in curves.differences:
+        assert row["difference"] == pytest.approx(acc[("verification", row["k"])] - acc[("consistency", row["k"])])
+
+
+@pytest.mark.parametrize("subset", ["all", "ambiguous"])
+def test_the_heatmap_holds_only_its_own_strategy_and_subset(subset):
+    pool = synthetic_pool(60, 8, 4, seed=3)
+    curves = compute_curves(pool, CurvesConfig(seeds=5, bootstrap=50,
+                                               strategies=["consistency", "verification", "verification_tie"]))
+    grid = curves.heatmap(subset)
+    for p in curves.points:
+        if p.strategy == "verification" and p.subset == subset:
+            assert grid[curves.k_values.index(p.k), curves.k_verif_values.index(p.k_verif)] == p.accuracy
+
+
+def three_questions() -> ScoredPool:
+    """q0: every candidate right (voting solves it); q1: one right of four, voting picks the
+    wrong majority (ambiguous at k=4); q2: nothing right (hopeless)."""
+    answers = np.array([[0, 0, 0, 0], [0, 1, 1, 1], [1, 1, 2, 2]], np.int32)
+    answer_correct = np.zeros((3, 3), bool)
+    answer_correct[:, 0] = True
+    v = np.zeros((3, 4, 1), np.int8)
+    from search.scaling.pool import mean_verdict
+
+    return ScoredPool(["q0", "q1", "q2"], answers == 0, answers, answer_correct, v,
+                      np.zeros((3, 3, 3, 3), np.int32), mean_verdict(v))
+
+
+@pytest.mark.parametrize("seeds", [1, 3])
+def test_ambiguous_points_hold_the_draws_with_a_right_candidate_that_voting_gets_wrong(seeds):
+    curves = compute_curves(three_questions(), CurvesConfig(seeds=seeds, bootstrap=20, k_values=[4],
+                                                            strategies=["consistency"]))
+    [amb] = [p for p in curves.points if p.subset == "ambiguous"]
+    assert (amb.accuracy, amb.questions) == (0.0, 1)  # only q1, every draw, and the majority is wrong
+    [everything] = [p for p in curves.points if p.subset == "all"]
+    assert everything.accuracy == pytest.approx(1 / 3)  # q0 only
+
+
+def test_no_ambiguous_question_gives_no_ambiguous_points():
+    pool = three_questions()
+    keep = [0, 2]  # solved and hopeless only
+    pool = ScoredPool(["q0", "q2"], pool.correct[keep], pool.answer_ids[keep], pool.answer_correct[keep],
+                      pool.verdicts[keep], pool.compare_counts[keep], pool.score[keep])
+    curves = compute_curves(pool, CurvesConfig(seeds=2, bootstrap=20, strategies=["consistency"]))
+    assert not [p for p in curves.points if p.subset == "ambiguous"]
+    assert curves.summary()["curves_ambiguous"] == {}
+
+
+def test_ambiguous_intervals_stay_finite_when_a_resample_misses_every_ambiguous_question():
+    pool = three_questions()
+    many = [0] * 29 + [1]  # 29 solved questions and one ambiguous: most resamples miss it
+    pool = ScoredPool([f"q{i}" for i in range(30)], pool.correct[many], pool.answer_ids[many],
+                      pool.answer_correct[many], pool.verdicts[many], pool.compare_counts[many], pool.score[many])
+    curves = compute_curves(pool, CurvesConfig(seeds=2, bootstrap=200, k_values=[4], strategies=["consistency"]))
+    [amb] = [p for p in curves.points if p.subset == "ambiguous"]
+    assert np.isfinite([amb.ci_low, amb.ci_high]).all()
+
+
+@pytest.mark.parametrize("kwargs", [{"seeds": 0}, {"bootstrap": 0}, {"confidence": 0.0}, {"confidence": 1.0},
+                                    {"confidence": -0.5}, {"confidence": 1.5}])
+def test_curves_config_refuses_what_no_interval_can_have(kwargs):
+    with pytest.raises(ValueError, match="CurvesConfig"):
+        CurvesConfig(**kwargs)
+
+
+def test_curves_config_takes_a_single_resample_and_seed():
+    cfg = CurvesConfig(seeds=1, bootstrap=1)
+    assert (cfg.seeds, cfg.bootstrap) == (1, 1)
+
+
+@pytest.mark.parametrize("field", ["k_values", "k_verif_values"])
+def test_k_zero_is_refused(field):
+    with pytest.raises(ValueError, match=r"\[0\] are outside"):
+        compute_curves(synthetic_pool(5, 8, 4), CurvesConfig(seeds=1, bootstrap=10, **{field: [0]}))

@@ -1,0 +1,233 @@
+"""Mutation testing of the pure-logic modules with cosmic-ray: a kill rate per module.
+
+    make mutate                                # every module below (hours on 2 cores)
+    make mutate MODULES="pairs fence curves"   # some of them
+    python scripts/mutate.py --list            # the modules, their tests and what is left out
+
+Each module's mutants run only against that module's own fast test files (`tests` below), one
+mutant at a time, the file mutated in place and restored (do not edit the tree meanwhile). The
+operators are the one-line slips a refactor makes: a number off by one, a comparison turned or
+its boundary moved, + for -, and/or swapped, a condition negated, True for False, a loop
+skipped (OPERATORS). Functions that only draw or format (`skip`) are not mutated. Survivors
+are written with their diffs to runs/mutate/<module>.txt; docs/testing.md lists the ones left
+on purpose (equivalent mutants) with a reason each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+import shlex
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "runs" / "mutate"
+OPERATORS = [
+    "core/NumberReplacer",
+    *(f"core/ReplaceComparisonOperator_{a}_{b}" for a, b in (
+        ("Eq", "NotEq"), ("NotEq", "Eq"), ("Is", "IsNot"), ("IsNot", "Is"),  # negated
+        ("Lt", "LtE"), ("LtE", "Lt"), ("Gt", "GtE"), ("GtE", "Gt"),  # boundary moved
+        ("Lt", "Gt"), ("Gt", "Lt"), ("LtE", "GtE"), ("GtE", "LtE"))),  # direction turned
+    *(f"core/ReplaceBinaryOperator_{a}_{b}" for a, b in (
+        ("Add", "Sub"), ("Sub", "Add"), ("Mul", "Div"), ("Div", "Mul"), ("FloorDiv", "Div"),
+        ("Pow", "Mul"), ("Mod", "FloorDiv"), ("BitOr", "BitAnd"), ("BitAnd", "BitOr"),
+        ("LShift", "RShift"), ("RShift", "LShift"))),
+    "core/ReplaceUnaryOperator_USub_UAdd", "core/ReplaceUnaryOperator_Delete_Not",
+    "core/ReplaceUnaryOperator_Delete_Invert",
+    "core/ReplaceAndWithOr", "core/ReplaceOrWithAnd", "core/AddNot",
+    "core/ReplaceTrueWithFalse", "core/ReplaceFalseWithTrue",
+    "core/ReplaceBreakWithContinue", "core/ReplaceContinueWithBreak", "core/ZeroIterationForLoop",
+]
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str  # the module mutated
+    tests: str  # pytest arguments: the module's own fast tests
+    skip: tuple[str, ...] = ()  # top-level functions/classes not mutated (drawing, formatting)
+    only: tuple[str, ...] = ()  # when given, only these top-level names are mutated
+    timeout_s: float = 300.0  # a mutant whose tests run longer is killed (an endless loop)
+
+
+TARGETS = {
+    # the seccomp rule table and its compilation; the process set-up calls beside it (limits,
+    # namespaces, chroot, uid) are exercised by every sandbox test at start-up
+    "fence": Target("verifiers/arc/fence.py", "tests/test_arc_fence_rules.py",
+                    only=("_ACT_ALLOW", "_ACT_ERRNO_EPERM", "_CMP_LT", "_CMP_EQ", "_CMP_MASKED_EQ", "_AT_EMPTY_PATH",
+                          "_O_ASYNC", "FCNTL_ALLOWED", "F_SETFL", "MAX_CLOCK_ID", "ALLOWED_SYSCALLS",
+                          "SeccompFilter")),
+    "pairs": Target("thinking/pairs.py",
+                    "tests/test_pairs.py tests/test_tpo_length.py tests/test_tpo.py "
+                    "tests/test_tpo_dpo.py::test_divergence_windows_move_the_common_prefix_into_the_prompt "
+                    "-k 'pair or rho or ties or unparsable or length or divergence or window'"),
+    "curves": Target("search/scaling/curves.py", "tests/test_curves.py tests/test_intervals.py",
+                     skip=("plot_curves",)),
+    "comparisons": Target("evolution/comparisons.py", "tests/test_comparisons.py tests/test_intervals.py"),
+    "strategies_base": Target("search/scaling/strategies/base.py", "tests/test_strategies.py tests/test_intervals.py"),
+    "pass_at_k": Target("search/scaling/strategies/pass_at_k.py", "tests/test_strategies.py tests/test_intervals.py"),
+    "best_of_n": Target("search/scaling/strategies/best_of_n.py", "tests/test_strategies.py"),
+    "verification": Target("search/scaling/strategies/verification.py", "tests/test_strategies.py"),
+    "selection": Target("search/scaling/selection.py", "tests/test_strategies.py"),
+    "voting": Target("evolution/voting.py", "tests/test_voting.py"),
+    "rex": Target("evolution/rex.py", "tests/test_rex.py"),
+    "filters": Target("evolution/filters.py", "tests/test_filters.py"),
+    "scoring": Target("verifiers/arc/scoring.py", "tests/test_arc_scoring.py"),
+    "hindsight": Target("evolution/hindsight.py", "tests/test_hindsight.py"),
+    "keys": Target("store/keys.py", "tests/test_store.py tests/test_lease.py"),
+    "lease": Target("store/lease.py", "tests/test_lease.py"),
+    "prefix_cache": Target("search/engines/prefix_cache.py",
+                           "tests/test_prefix_cache.py -k 'blocks or longest or eviction or budget'"),
+}
+
+
+def _name(node: ast.stmt) -> str | None:
+    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return node.target.id
+    return getattr(node, "name", None)
+
+
+def skipped_lines(path: Path, t: Target) -> set[int]:
+    """Lines of the top-level statements `t.skip` names, or of those `t.only` does not."""
+    tree = ast.parse(path.read_text())
+    names = {_name(n) for n in tree.body}
+    missing = (set(t.skip) | set(t.only)) - names
+    if missing:
+        raise SystemExit(f"scripts/mutate.py: {path} has no {sorted(missing)}; update TARGETS")
+    out: set[int] = set()
+    for node in tree.body:
+        if _name(node) in t.skip or (t.only and _name(node) not in t.only):
+            out.update(range(node.lineno, node.end_lineno + 1))
+    return out
+
+
+def line_ranges(path: Path, skip: set[int]) -> list[str]:
+    """The module's lines minus `skip`, as cosmic-ray's line filter wants them ("a-b")."""
+    n = len(path.read_text().splitlines())
+    keep = [i for i in range(1, n + 1) if i not in skip]
+    ranges, start = [], None
+    for i, line in enumerate(keep):
+        if start is None:
+            start = line
+        if i + 1 == len(keep) or keep[i + 1] != line + 1:
+            ranges.append(f"{start}-{line}")
+            start = None
+    return ranges
+
+
+def config(t: Target, python: str) -> str:
+    every = json.dumps  # TOML strings and lists of strings are JSON's
+    command = f"{python} -m pytest -x -q -p no:cacheprovider {t.tests}"
+    lines = line_ranges(ROOT / t.path, skipped_lines(ROOT / t.path, t))
+    return "\n".join([
+        "[cosmic-ray]",
+        f"module-path = {every(t.path)}",
+        f"timeout = {t.timeout_s}",
+        "excluded-modules = []",
+        f"test-command = {every(command)}",
+        "[cosmic-ray.distributor]",
+        'name = "local"',
+        "[cosmic-ray.filters.operators-filter]",
+        # one regex that matches every operator outside OPERATORS
+        f"exclude-operators = [{every('^(?!(' + '|'.join(OPERATORS) + ')$)')}]",
+        "[cosmic-ray.filters.line-filter]",
+        f"lines = {{ {every(t.path)} = {every(lines)} }}",
+        "",
+    ])
+
+
+def tally(db: Path, cosmic_ray: str) -> tuple[int, int, list[dict]]:
+    """(killed, survived, survivors) from a finished session."""
+    dump = subprocess.run([cosmic_ray, "dump", str(db)], capture_output=True, text=True, check=True).stdout
+    killed, survivors = 0, []
+    for line in dump.splitlines():
+        item, result = json.loads(line)
+        if not result or result.get("worker_outcome") != "normal":
+            continue  # skipped by a filter, or cosmic-ray itself failed
+        if result.get("test_outcome") == "killed":
+            killed += 1
+        elif result.get("test_outcome") == "survived":
+            survivors.append({"mutation": item["mutations"][0], "diff": result.get("diff", "")})
+    return killed, len(survivors), survivors
+
+
+def run(name: str, t: Target, tools: Path, python: str, out: Path, recheck: bool) -> tuple[int, int, float]:
+    out.mkdir(parents=True, exist_ok=True)
+    cfg, db, stamp = out / f"{name}.toml", out / f"{name}.sqlite", out / f"{name}.sha256"
+    source = hashlib.sha256((ROOT / t.path).read_bytes()).hexdigest()
+    cfg.write_text(config(t, python))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cr = str(tools / "cosmic-ray")
+    started = time.monotonic()
+    if recheck:  # the same mutants (same source), survivors run again against today's tests
+        if not db.exists() or not stamp.exists() or stamp.read_text() != source:
+            raise SystemExit(f"--recheck {name}: no session for this version of {t.path} in {out}; run without it")
+        with sqlite3.connect(db) as con:
+            con.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+    else:
+        db.unlink(missing_ok=True)
+        subprocess.run([cr, "init", str(cfg), str(db)], cwd=ROOT, env=env, check=True)
+        subprocess.run([str(tools / "cr-filter-operators"), str(db), str(cfg)], cwd=ROOT, env=env, check=True)
+        subprocess.run([str(tools / "cr-filter-lines"), "--config", str(cfg), str(db)], cwd=ROOT, env=env,
+                       check=True)
+        stamp.write_text(source)
+    subprocess.run([cr, "exec", str(cfg), str(db)], cwd=ROOT, env=env, check=True)
+    killed, survived, survivors = tally(db, cr)
+    with open(out / f"{name}.txt", "w") as f:
+        f.write(f"{t.path}: {killed} killed, {survived} survived\n\n")
+        for s in survivors:
+            m = s["mutation"]
+            f.write(f"--- {m['operator_name']} #{m['occurrence']} line {m['start_pos'][0]}\n")
+            f.write("".join(s["diff"]) if isinstance(s["diff"], list) else s["diff"])
+            f.write("\n")
+    return killed, survived, time.monotonic() - started
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("modules", nargs="*", help=f"names among {', '.join(TARGETS)} (default: all)")
+    ap.add_argument("--tools", default=str(ROOT / ".venv-mutate" / "bin"), help="where cosmic-ray is installed")
+    ap.add_argument("--out", default=str(OUT), help="where sessions and survivor lists go")
+    ap.add_argument("--recheck", action="store_true",
+                    help="run only the last session's survivors again (after writing tests that should kill them)")
+    ap.add_argument("--list", action="store_true", help="print the modules and their tests, then stop")
+    ap.add_argument("--tests", help="pytest arguments instead of the module's own (one module only): "
+                    "e.g. an older set of test files, for a before/after comparison")
+    args = ap.parse_args()
+    unknown = [m for m in args.modules if m not in TARGETS]
+    if unknown:
+        raise SystemExit(f"unknown modules {unknown}; known: {', '.join(TARGETS)}")
+    names = args.modules or list(TARGETS)
+    targets = dict(TARGETS)
+    if args.tests:
+        if len(names) != 1:
+            raise SystemExit("--tests needs exactly one module")
+        targets[names[0]] = replace(targets[names[0]], tests=args.tests)
+    if args.list:
+        for n in names:
+            t = targets[n]
+            print(f"{n:16s} {t.path:40s} {t.tests}" + (f"  (not mutated: {', '.join(t.skip)})" if t.skip else ""))
+        return
+    python = shlex.quote(sys.executable)
+    rows = []
+    for n in names:
+        killed, survived, secs = run(n, targets[n], Path(args.tools), python, Path(args.out), args.recheck)
+        rows.append((n, killed, survived, secs))
+        print(f"[mutate] {n}: {killed}/{killed + survived} killed in {secs:.0f} s", flush=True)
+    print(f"\n{'module':16s} {'killed':>7s} {'survived':>9s} {'kill rate':>10s}   survivors: runs/mutate/<module>.txt")
+    for n, k, s, _ in rows:
+        rate = f"{100 * k / (k + s):.0f}%" if k + s else "-"
+        print(f"{n:16s} {k:7d} {s:9d} {rate:>10s}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""thinking/pairs.py at its edges: config bounds, rho at the ends of its grid, ties, the cap on
+unparsable pairs, which samples pair up, and the rows TRL gets. Written against the survivors
+of `make mutate MODULES=pairs` (docs/testing.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from thinking.pairs import Group, PairsConfig, Sample, build_pairs, choose_rho, pick, trl_rows
+
+
+def S(score, response="x", *, completion=None, parsed=True) -> Sample:
+    return Sample(completion=completion or f"T {response}", thought="T", response=response, parsed=parsed,
+                  score=score if parsed else None)
+
+
+def BAD(completion: str) -> Sample:
+    return S(None, parsed=False, completion=completion)
+
+
+@pytest.mark.parametrize("field,value", [("rho_max", 0.0), ("rho_max", 0.5), ("rho_steps", 2),
+                                         ("unparsable_share", 0.0), ("divergence_words", 0)])
+def test_config_accepts_the_ends_of_each_range(field, value):
+    assert getattr(PairsConfig(**{field: value}), field) == value
+
+
+@pytest.mark.parametrize("field,value", [("rho_max", -0.1), ("rho_max", 0.51), ("rho_steps", 1),
+                                         ("unparsable_share", 1.0), ("unparsable_share", -0.1),
+                                         ("divergence_words", -1), ("length_of", "thought")])
+def test_config_refuses_values_outside_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=f"pairs.{field}"):
+        PairsConfig(**{field: value})
+
+
+def test_rho_is_zero_when_chosen_and_rejected_are_as_long_on_average():
+    groups = [Group("a", "p", [S(1.0, "x" * 10), S(0.0, "x" * 20)]),
+              Group("b", "p", [S(1.0, "x" * 20), S(0.0, "x" * 10)])]
+    assert choose_rho(groups, PairsConfig()) == 0.0
+
+
+def test_rho_is_zero_when_no_group_gives_a_pair():
+    assert choose_rho([Group("a", "p", [S(1.0), S(1.0)])], PairsConfig()) == 0.0
+
+
+def test_rho_is_rho_max_when_no_value_makes_chosen_shorter():
+    # two samples: z-scores are +-1 on both axes, so rho <= 0.5 never outweighs the score
+    groups = [Group("a", "p", [S(1.0, "x" * 40), S(0.0, "x" * 5)])]
+    assert choose_rho(groups, PairsConfig(rho_max=0.4)) == 0.4
+
+
+def test_of_equally_bad_samples_the_last_is_rejected():
+    # the rule in pick(): ties in lc go to the first of the top and the last of the bottom
+    g = Group("a", "p", [S(1.0, "a"), S(0.0, "b"), S(0.0, "c")])
+    chosen, rejected = pick(g, 0.0, PairsConfig())
+    assert (chosen.response, rejected.response) == ("a", "c")
+
+
+def test_ties_count_groups_of_two_or_more_scored_samples_that_all_score_the_same():
+    groups = [Group("tie2", "p", [S(0.5), S(0.5)]), Group("one", "p", [S(0.5), BAD("?")]),
+              Group("pair", "p", [S(1.0), S(0.0)])]
+    _, counts = build_pairs(groups, 0.0, PairsConfig())
+    assert counts["ties"] == 1 and counts["scored_pairs"] == 1
+
+
+def test_unparsable_share_is_a_floor_that_holds_at_exact_multiples():
+    # 41 scored pairs at share 0.18: 0.18 / 0.82 * 41 = 9 (8.999... in floating point): 9 of 50 pairs
+    groups = [Group(f"g{i}", "p", [S(1.0, "good"), S(0.0, "bad"), BAD("junk")]) for i in range(41)]
+    pairs, counts = build_pairs(groups, 0.0, PairsConfig(unparsable_share=0.18))
+    assert counts["unparsable_pairs"] == 9 and counts["pairs"] == 50
+
+
+def test_unparsable_pairs_take_the_best_scored_and_the_first_unparsable():
+    g = Group("a", "p", [S(0.2, "meh"), S(0.9, "best"), S(0.5, "ok"), BAD("junk1"), BAD("junk2")])
+    groups = [g] + [Group(f"g{i}", "p", [S(1.0), S(0.0)]) for i in range(9)]
+    pairs, _ = build_pairs(groups, 0.0, PairsConfig(unparsable_share=0.1))
+    [extra] = [p for p in pairs if p["kind"] == "unparsable"]
+    assert (extra["chosen"], extra["rejected"]) == ("T best", "junk1")
+
+
+def test_a_group_of_unparsable_outputs_only_gives_nothing():
+    groups = [Group("bad", "p", [BAD("a"), BAD("b")])] + [Group(f"g{i}", "p", [S(1.0), S(0.0)]) for i in range(9)]
+    pairs, counts = build_pairs(groups, 0.0, PairsConfig(unparsable_share=0.5))
+    assert counts["unparsable_candidates"] == 0 and all(p["instruction_id"] != "bad" for p in pairs)
+
+
+def test_no_pairs_report_no_lengths():
+    _, counts = build_pairs([Group("a", "p", [S(1.0), S(1.0)])], 0.0, PairsConfig())
+    assert counts["chosen_len"] is None and counts["rejected_len"] is None
+
+
+def test_trl_rows_keep_chat_prompts_conversational_and_plain_prompts_plain():
+    chat = [{"role": "user", "content": "hi"}]
+    rows = trl_rows([{"prompt": chat, "chosen": "a", "rejected": "b", "kind": "scored"},
+                     {"prompt": "plain", "chosen": "c", "rejected": "d", "kind": "scored"}])
+    assert rows == [{"prompt": chat, "chosen": [{"role": "assistant", "content": "a"}],
+                     "rejected": [{"role": "assistant", "content": "b"}]},
+                    {"prompt": "plain", "chosen": "c", "rejected": "d"}]
+
+
+def test_divergence_windows_start_at_the_diverging_word_and_hold_that_many_words():
+    from thinking.pairs import at_divergence
+
+    cut = at_divergence("P:", " a b c1 d e f", " a b c2 d e f", 2)
+    assert cut == ("P: a b ", "c1 d", "c2 d")
