@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common.placement import Strategy, check_placement
 from common.tracking import TrackingConfig
 from evolution.driver import SearchConfig
 from evolution.filters import FilterConfig
@@ -58,6 +59,11 @@ class VerifierConfig:
     workers_per_actor: int = 1  # warm sandbox workers per actor
     use_cache: bool = True  # the store's execution cache
     request_timeout_s: float | None = 600.0  # a chunk's deadline: its actor is then replaced and the chunk retried
+    scheduling_strategy: Strategy = "DEFAULT"  # SPREAD: actors over the nodes (common/placement.py, Ray's names)
+    resources: dict[str, float] = field(default_factory=dict)  # custom resources per actor: pins it to nodes that have them
+
+    def __post_init__(self):
+        check_placement("verifier", self.scheduling_strategy, self.resources)
 
 
 @dataclass

@@ -114,7 +114,8 @@ def headline(s: dict[str, Any]) -> str:
 
 
 JOB = runner.JobSpec(workload="tpo", config_cls=TpoConfig, run=run, doc=__doc__, headline=headline,
-                     iterations_flag=True, check=checks.check_tpo, shared_paths=checks.tpo_shared_paths)
+                     iterations_flag=True, check=checks.check_tpo, shared_paths=checks.tpo_shared_paths,
+                     demands=checks.tpo_demands)
 
 
 def main(argv: list[str] | None = None) -> None:
