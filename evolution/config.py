@@ -71,6 +71,7 @@ class LearnConfig:
     from_base: bool = True  # each iteration fine-tunes the base model on all data so far (the paper); False: the previous one
     lora: bool = False  # LoRA adapters (merged into the saved checkpoint) instead of full fine-tuning
     max_steps: int = 200  # SFT steps per iteration
+    save_steps: int = 50  # a checkpoint every N steps: a training killed (or its node lost) resumes from it
     learning_rate: float = 1e-3  # SFT learning rate
     batch_size: int = 16  # SFT rows per step
     max_length: int = 2048  # tokens per training sequence

@@ -69,7 +69,7 @@ def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path):
         discard_unpublished(out, models.list())  # a run killed before publishing it; never a published one
         # a Ray task's stderr is no terminal: the trainer's numbers come as log lines, not a bar
         job = DPOJobConfig(model_path=start.checkpoint, output_dir=str(out.resolve()),
-                           max_steps=t.max_steps, learning_rate=t.learning_rate, beta=t.beta, lora=t.lora,
+                           max_steps=t.max_steps, save_steps=t.save_steps, learning_rate=t.learning_rate, beta=t.beta, lora=t.lora,
                            per_device_train_batch_size=t.batch_size, max_length=t.max_length,
                            disable_tqdm=True, logging_steps=max(1, t.max_steps // 5), seed=iteration,
                            completion_eos=not cfg.pairs.divergence_words,  # windows stop mid-thought
