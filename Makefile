@@ -14,7 +14,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: chaos setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
+.PHONY: chaos cluster-demo setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -107,6 +107,13 @@ test-all: setup
 # points of a small soar and scaling run, restart, compare with an uninterrupted run (minutes).
 chaos: setup
 	$(PY) scripts/chaos.py --workloads soar scaling tpo
+
+# A Ray cluster of three nodes on this machine (ray.cluster_utils: a head, two workers; loopback
+# only), Redis over TCP with a password from a URL file, the README's `ray job submit` lines for
+# soar, scaling and tpo, a worker node lost mid-search and mid-training, the final state compared
+# with an uninterrupted run, the password looked for in Ray's GCS and job records (docs/cluster.md).
+cluster-demo: setup
+	$(PY) scripts/cluster_demo.py
 
 bench: setup
 	$(PY) -m benchmarks

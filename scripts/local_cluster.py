@@ -72,11 +72,20 @@ def runtime_env_for(url_file: Path, out: Path) -> Path:
 
 class LocalCluster:
     def __init__(self, base: Path, workers: int = 2, worker_cpus: int = WORKER_CPUS):
+        self.base, self.redis, self.ray = base, None, None
+        self.ray_tmp = base / "ray"  # short: Ray's socket paths are length-limited
+        self._environ = dict(os.environ)
+        try:
+            self._start(workers, worker_cpus)
+        except BaseException:
+            self.close()  # what did start: nothing of a half-built cluster is left running
+            raise
+
+    def _start(self, workers: int, worker_cpus: int) -> None:
         from store.tcp import start_tcp_server, write_url_file
 
-        self.base = base
+        base = self.base
         base.mkdir(parents=True, exist_ok=True)
-        self.ray_tmp = base / "ray"  # short: Ray's socket paths are length-limited
         self.storage = base / "shared"  # every node reads it (one machine: one disk)
         self.storage.mkdir(exist_ok=True)
         self.worker_cpus = worker_cpus
@@ -84,13 +93,14 @@ class LocalCluster:
         self.url_file = base / "etc" / "redis-url"
         write_url_file(self.redis.url, self.url_file)
         self.runtime_env = runtime_env_for(self.url_file, base / "runtime_env.yaml")
-        self._environ = dict(os.environ)
         # what `ray start` would see on every node: no Redis URL (the jobs read the file), the
         # virtualenv's python first on PATH (a job's entrypoint `python`), loopback only
         for name in ("RATCHET_REDIS_URL", "RATCHET_REDIS_URL_FILE", "RAY_ADDRESS"):
             os.environ.pop(name, None)
-        os.environ |= {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_TMPDIR": str(self.ray_tmp),
+        os.environ |= {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_TMPDIR": str(base),
                        "RAY_USAGE_STATS_ENABLED": "0",
+                       # a lost node is declared dead after ~3 s of missed health checks, not ~15 s
+                       "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
                        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
         from ray.cluster_utils import Cluster
 
@@ -188,16 +198,18 @@ class LocalCluster:
                            "metadata": info.metadata}, default=str)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.ray.shutdown()
+        if self.ray is not None:
+            with contextlib.suppress(Exception):
+                self.ray.shutdown()
         for pid in [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]:
             if str(self.ray_tmp).encode() in _cmdline(pid):  # anything of this cluster's left
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         from store.tcp import stop_tcp_server
 
-        with contextlib.suppress(Exception):
-            stop_tcp_server(self.redis)
+        if self.redis is not None:
+            with contextlib.suppress(Exception):
+                stop_tcp_server(self.redis)
         os.environ.clear()
         os.environ.update(self._environ)
         shutil.rmtree(self.base, ignore_errors=True)

@@ -4,17 +4,24 @@ cluster recipe (README's `ray job submit` lines, deploy/) carries what such a ru
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
 
 from common.config import load_config
+from common.placement import CapacityError, Demand, NodeLedger, actor_options, check_capacity
 from evolution.config import SoarConfig
 from ray_jobs import checks, scaling, soar, tpo
 from ray_jobs.cluster import ClusterError, check_cluster
+from search.pool_config import PoolConfig
 from thinking.config import TpoConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,3 +161,127 @@ def test_rayjob_example_uses_kuberay_field_names():
                       [a for a in shlex.split(spec["entrypoint"]) if "=" in a])
     check_cluster([node(1), node(2)], runtime_env["env_vars"], soar.JOB.shared_paths(cfg))
     json.dumps(doc)  # plain data: kubectl apply reads it
+
+
+# --- placement: policy in the config, capacity refused up front, which node served how much ---
+def ray_node(i: int, cpus: float, **custom: float) -> dict:
+    return node(i) | {"NodeID": f"n{i}", "Resources": {"CPU": cpus, f"node:10.0.0.{i}": 1.0, **custom}}
+
+
+def test_placement_fields_use_rays_names_and_refuse_others():
+    assert PoolConfig(scheduling_strategy="SPREAD", resources={"w1": 1}).resources == {"w1": 1}
+    with pytest.raises(ValueError, match=r"PoolConfig.scheduling_strategy='spread' must be one of \['DEFAULT', 'SPREAD'\]"):
+        PoolConfig(scheduling_strategy="spread")
+    with pytest.raises(ValueError, match=r"PoolConfig.resources.CPU: CPU has its own field"):
+        PoolConfig(resources={"CPU": 2})
+    with pytest.raises(ValueError, match=r"command line \(verifier.resources={w1: 0}\): verifier.resources.w1=0.0 must be a number > 0"):
+        load_config(None, SoarConfig, ["verifier.resources={w1: 0}"])
+    assert actor_options(strategy="SPREAD", resources={"w1": 1}) == {"scheduling_strategy": "SPREAD",
+                                                                     "resources": {"w1": 1}}
+
+
+def test_a_job_asking_more_than_the_cluster_has_is_refused_naming_the_field():
+    nodes = [ray_node(1, 0.0), ray_node(2, 4.0, w1=1), ray_node(3, 4.0, w2=1), node(4, alive=False)]
+    check_capacity(nodes, [Demand("sampler.num_actors", 8, {"CPU": 1.0})])  # 8 CPUs on two nodes: fits
+    with pytest.raises(CapacityError, match=re.escape("the job asks for CPU: 9 at once (sampler.num_actors: 8 x CPU: 1; "
+                                                      "verifier.actors: 1 x CPU: 1) but the cluster's 3 alive node(s) "
+                                                      "have CPU: 8; lower those fields or add nodes")):
+        check_capacity(nodes, [Demand("sampler.num_actors", 8, {"CPU": 1.0}), Demand("verifier.actors", 1, {"CPU": 1})])
+    with pytest.raises(CapacityError, match=r"^sampler.num_actors: each one needs CPU: 5, which no alive node has"):
+        check_capacity(nodes, [Demand("sampler.num_actors", 1, {"CPU": 5.0})])
+    with pytest.raises(CapacityError, match=r"^verifier.actors: each one needs CPU: 1, gpu_node: 1, which no alive node"):
+        check_capacity(nodes, [Demand("verifier.actors", 1, {"CPU": 1.0, "gpu_node": 1})])
+
+
+def test_the_jobs_demands_are_what_their_pools_and_trainings_reserve():
+    demo = load_config("configs/soar-demo.yaml", SoarConfig)
+    assert [(d.field, d.count, dict(d.per_unit)) for d in checks.soar_demands(demo, gpus_exist=False)] == [
+        ("sampler.num_actors", 1, {"CPU": 0.5, "GPU": 0}), ("verifier.actors", 1, {"CPU": 1}),
+        ("learn.num_cpus", 1, {"CPU": 0.5, "GPU": 0})]
+    one_machine = [ray_node(1, 2.0)]  # `make demo` on 2 cores: every demo fits
+    check_capacity(one_machine, checks.soar_demands(demo, False))
+    check_capacity(one_machine, checks.scaling_demands(load_config("configs/scaling-demo.yaml", scaling.JOB.config_cls),
+                                                       False))
+    check_capacity(one_machine, checks.tpo_demands(load_config("configs/tpo-demo.yaml", TpoConfig), False))
+    qwen = load_config("configs/soar-qwen.yaml", SoarConfig)
+    with pytest.raises(CapacityError, match="sampler.num_actors"):  # 8 GPU samplers on a CPU machine
+        check_capacity(one_machine, checks.soar_demands(qwen, gpus_exist=True))
+
+
+def test_the_node_ledger_reports_per_node_and_role():
+    ledger = NodeLedger()
+    ledger.add("sampler", "n2", 8)
+    ledger.add("sampler", "n2", 4)
+    ledger.add("verifier", "n3", 64)
+    ledger.add("sampler", None, 1)  # an actor gone before it said where it ran
+    report = ledger.report([ray_node(2, 4.0, w1=1), ray_node(3, 4.0, w2=1) | {"Alive": False}])
+    assert report == {"n2": {"alive": True, "resources": ["w1"], "sampler": {"requests": 2, "items": 12}},
+                      "n3": {"alive": False, "resources": ["w2"], "verifier": {"requests": 1, "items": 64}},
+                      "unknown": {"alive": False, "resources": [], "sampler": {"requests": 1, "items": 1}}}
+
+
+class _Completions(BaseHTTPRequestHandler):
+    """A real OpenAI-shaped /v1/completions endpoint: " 7" for every prompt and sample."""
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+        choices = [{"index": i, "text": " 7", "finish_reason": "stop", "logprobs": None}
+                   for i in range(len(prompts) * body.get("n", 1))]
+        data = json.dumps({"id": "c", "object": "text_completion", "created": 0, "model": body["model"],
+                           "choices": choices, "usage": {"prompt_tokens": 1, "completion_tokens": len(choices),
+                                                         "total_tokens": 1 + len(choices)}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_on_three_nodes_a_spread_pool_serves_from_both_workers_and_capacity_is_checked_live():
+    """A real cluster (ray.cluster_utils: a head with no CPUs, two 2-CPU workers) in a process of
+    its own, on 127.0.0.1 only: SPREAD puts one sampler actor on each worker, the ledger
+    credits both, and the capacity check reads the live nodes (one cluster start, ~15 s)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Completions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_REDIS_URL")} | {"PYTHONPATH": str(ROOT)}
+        probe = subprocess.run([sys.executable, str(ROOT / "tests" / "_cluster_probe.py"),
+                                f"http://127.0.0.1:{server.server_port}/v1"], capture_output=True, text=True, env=env,
+                               timeout=600)
+    finally:
+        server.shutdown()
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    out = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert out["node_ips"] == ["127.0.0.1"]  # every node on loopback
+    assert out["completions"] == 8
+    assert set(out["served"]) == {"w1", "w2"} and sum(out["served"].values()) == 8, out["served"]
+    refusals = out["refusals"]
+    assert refusals["fits"] is None
+    assert refusals["total"].startswith("the job asks for CPU: 5 at once") and "have CPU: 4" in refusals["total"]
+    assert refusals["per_node"].startswith("sampler.num_cpus_per_actor: each one needs CPU: 3, which no alive node")
+    assert refusals["custom"].startswith("sampler.resources: each one needs gpu_node: 1")
+
+
+# --- the recipe run on a cluster on this machine, a worker node lost mid-run ------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("workload", ["scaling", "soar", "tpo"])
+def test_the_recipe_runs_on_three_nodes_and_a_lost_node_changes_nothing(workload, tmp_path):
+    """scripts/cluster_demo.py (make cluster-demo) for one workload: the README's `ray job submit`
+    line against a head and two workers, Redis over TCP from a URL file; a worker node removed
+    mid-search (and, SOAR and TPO, mid-training); the same final state as an uninterrupted run;
+    the Redis password nowhere in Ray's GCS, its job records or the jobs' logs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_REDIS_URL")} | {"PYTHONPATH": str(ROOT)}
+    demo = subprocess.run([sys.executable, str(ROOT / "scripts" / "cluster_demo.py"), "--workloads", workload,
+                           "--out", str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=3000)
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    report = json.loads((tmp_path / "cluster.json").read_text())
+    entry = report[workload]
+    assert entry["status"] == "SUCCEEDED" and all(entry["checks"].values()), entry["checks"]
+    assert [x["made"] for x in entry["losses"]] == [True] * (2 if workload in ("soar", "tpo") else 1), entry["losses"]
+    assert all(report["secrets"].values()), report["secrets"]
+    if workload in ("soar", "tpo"):  # the training on the lost node went on from its checkpoint elsewhere
+        assert any(v["resumed_from_step"] for v in entry["training_resumed"]), entry["training_resumed"]
