@@ -8,6 +8,10 @@ node reads, and the job server (the dashboard) on loopback.
         c.remove(c.node_of(pid))         # SIGKILL a worker node's raylet and everything it started
         c.wait(job)
 
+Each node keeps the runtime envs it unpacks (the job's --working-dir) in a directory of its
+own, as separate machines would: the nodes share one session dir here, and a node that
+deleted a working dir it no longer used would delete it under another node's running job.
+
 Everything is on 127.0.0.1: Ray turns a loopback address into the machine's outward one
 unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which here only makes it keep 127.0.0.1 (the
 cluster_utils nodes do not read it otherwise). Every process lives under this cluster's own
@@ -108,7 +112,7 @@ class LocalCluster:
         self.ray = Cluster(initialize_head=True, shutdown_at_exit=True, head_node_args=dict(
             num_cpus=0, resources=HEAD_RESOURCES, include_dashboard=True, dashboard_host="127.0.0.1",
             dashboard_port=self.dashboard_port, temp_dir=str(self.ray_tmp), node_ip_address="127.0.0.1",
-            object_store_memory=OBJECT_STORE))
+            object_store_memory=OBJECT_STORE, runtime_env_dir_name="runtime_resources_head"))
         self.names: dict[Any, str] = {self.ray.head_node: "head"}
         self._added = 0
         for _ in range(workers):
@@ -127,7 +131,7 @@ class LocalCluster:
         self._added += 1
         name = f"w{self._added}"
         node = self.ray.add_node(num_cpus=self.worker_cpus, resources={name: 1}, node_ip_address="127.0.0.1",
-                                 object_store_memory=OBJECT_STORE)
+                                 object_store_memory=OBJECT_STORE, runtime_env_dir_name=f"runtime_resources_{name}")
         self.names[node] = name
         return node
 

@@ -62,7 +62,7 @@ class ActorStats:
     cancelled: int  # generate calls skipped because their caller had gone (ray.cancel) before they began
     queue_depth: int  # requests sent to this actor and not yet answered
     restarts: int  # times this slot's actor was replaced after dying
-    niceness: int  # the actor process's scheduling niceness (PoolConfig.niceness)
+    niceness: int | None  # the actor process's scheduling niceness (PoolConfig.niceness); None: the actor is dead
     engine: dict[str, Any] = field(default_factory=dict)  # the engine's own stats(), if it has any (prefix cache)
 
 
@@ -417,7 +417,8 @@ class SamplerPool:
         out = []
         for slot, r in zip(slots, raw, strict=True):
             if isinstance(r, BaseException):  # a dead actor reports nothing until replaced
-                r = dict(version=None, busy_s=0.0, tokens_generated=0, requests=0, running=0, cancelled=0)
+                r = dict(version=None, busy_s=0.0, tokens_generated=0, requests=0, running=0, cancelled=0,
+                         niceness=None)
             out.append(ActorStats(index=slot.index, queue_depth=slot.inflight, restarts=slot.restarts, **r))
         return out
 
