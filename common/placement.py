@@ -108,11 +108,15 @@ class NodeLedger:
     """Per role and node: requests answered and items (prompts, programs) in them."""
 
     served: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    # node -> its custom resources, noted when it first serves: Ray lists a dead node without them
+    names: dict[str, list[str]] = field(default_factory=dict)
 
     def add(self, role: str, node: str | None, items: int) -> None:
         row = self.served.setdefault(role, {}).setdefault(node or "unknown", {"requests": 0, "items": 0})
         row["requests"] += 1
         row["items"] += items
+        if node and node not in self.names:
+            self.names[node] = custom_resources(_ray_node(node))
 
     def report(self, nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """summary.json's `nodes`: per node (its id), whether it is alive now, its custom
@@ -124,14 +128,28 @@ class NodeLedger:
                 n = info.get(node, {})
                 entry = out.setdefault(node, {
                     "alive": bool(n.get("Alive", False)),
-                    "resources": sorted(k for k in n.get("Resources", {}) if k not in BUILTIN
-                                        and not k.startswith("node:")),
+                    "resources": custom_resources(n) or self.names.get(node, []),
                 })
                 entry[role] = dict(row)
         return out
 
     def clear(self) -> None:
         self.served.clear()
+        self.names.clear()
+
+
+def custom_resources(node: Mapping[str, Any]) -> list[str]:
+    """A `ray.nodes()` entry's custom resource names (how a cluster names its kinds of node)."""
+    return sorted(k for k in node.get("Resources", {}) if k not in BUILTIN and not k.startswith("node:"))
+
+
+def _ray_node(node: str) -> Mapping[str, Any]:
+    """`ray.nodes()`'s entry for `node` ({} outside Ray or when it is not listed)."""
+    import ray
+
+    if not ray.is_initialized():
+        return {}
+    return next((n for n in ray.nodes() if n["NodeID"] == node), {})
 
 
 LEDGER = NodeLedger()  # this driver's (see the module docstring)
