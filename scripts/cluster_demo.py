@@ -21,6 +21,8 @@ worker node lost mid-run: `make cluster-demo`.
    published versions, statuses.
 4. Secrets: the Redis password is looked for in the GCS server's memory, in Ray's record of
    each job (entrypoint, runtime env, metadata) and in the jobs' logs; it must be in none.
+   An engine's API key likewise: sampler actors on both workers read it from a file named in
+   engine_kwargs and send it to a local endpoint; the GCS holds the file's path, not the key.
 
 Prints one JSON report (also written to --out/cluster.json) and `cluster-demo: PASS`; exit 1
 on any mismatch.
@@ -41,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from chaos_jobs import JOBS, compare, differences, progress, snapshot, summary  # noqa: E402
-from local_cluster import LocalCluster, memory_holds, pids_titled  # noqa: E402
+from local_cluster import LocalCluster, api_key_check, memory_holds, pids_titled  # noqa: E402
 
 from store import Store  # noqa: E402
 
@@ -178,6 +180,14 @@ def main(argv: list[str] | None = None) -> int:
             report[workload] = entry
             print(json.dumps({workload: entry}, indent=1, default=str), flush=True)
         report["secrets"] = secrets_check(cluster, jobs, logs)
+        import ray  # only now: removing a node the demo's own driver were connected to is refused
+
+        ray.init(address=cluster.gcs_address, log_to_driver=False)
+        try:
+            key = api_key_check(cluster)
+        finally:
+            ray.shutdown()
+        report["secrets"] |= {k: v for k, v in key.items() if k != "completions"}
         print(json.dumps({"secrets": report["secrets"]}), flush=True)
     report["total_s"] = round(time.monotonic() - started, 1)
     (out / "cluster.json").write_text(json.dumps(report, indent=1, default=str))

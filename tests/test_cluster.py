@@ -9,8 +9,6 @@ import re
 import shlex
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -220,44 +218,20 @@ def test_the_node_ledger_reports_per_node_and_role():
                       "unknown": {"alive": False, "resources": [], "sampler": {"requests": 1, "items": 1}}}
 
 
-class _Completions(BaseHTTPRequestHandler):
-    """A real OpenAI-shaped /v1/completions endpoint: " 7" for every prompt and sample."""
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
-        choices = [{"index": i, "text": " 7", "finish_reason": "stop", "logprobs": None}
-                   for i in range(len(prompts) * body.get("n", 1))]
-        data = json.dumps({"id": "c", "object": "text_completion", "created": 0, "model": body["model"],
-                           "choices": choices, "usage": {"prompt_tokens": 1, "completion_tokens": len(choices),
-                                                         "total_tokens": 1 + len(choices)}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-def test_on_three_nodes_a_spread_pool_serves_from_both_workers_and_capacity_is_checked_live():
+def test_on_three_nodes_spread_samplers_serve_from_both_workers_keys_stay_out_of_the_gcs_and_capacity_is_live():
     """A real cluster (ray.cluster_utils: a head with no CPUs, two 2-CPU workers) in a process of
     its own, on 127.0.0.1 only: SPREAD puts one sampler actor on each worker, the ledger
-    credits both, and the capacity check reads the live nodes (one cluster start, ~15 s)."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Completions)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_REDIS_URL")} | {"PYTHONPATH": str(ROOT)}
-        probe = subprocess.run([sys.executable, str(ROOT / "tests" / "_cluster_probe.py"),
-                                f"http://127.0.0.1:{server.server_port}/v1"], capture_output=True, text=True, env=env,
-                               timeout=600)
-    finally:
-        server.shutdown()
+    credits both; each actor reads the engine's API key from its file, so the GCS (which keeps
+    the actors' arguments) holds the path, never the key; the capacity check reads the live
+    nodes. One cluster start (~15 s)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_REDIS_URL")} | {"PYTHONPATH": str(ROOT)}
+    probe = subprocess.run([sys.executable, str(ROOT / "tests" / "_cluster_probe.py")], capture_output=True, text=True,
+                           env=env, timeout=600)
     assert probe.returncode == 0, probe.stderr[-3000:]
     out = json.loads(probe.stdout.strip().splitlines()[-1])
     assert out["node_ips"] == ["127.0.0.1"]  # every node on loopback
-    assert out["completions"] == 8
+    assert out["api_key"] == {"completions": 8, "endpoint_got_the_key": True, "gcs_holds_key_file_path": True,
+                              "key_not_in_gcs": True}
     assert set(out["served"]) == {"w1", "w2"} and sum(out["served"].values()) == 8, out["served"]
     refusals = out["refusals"]
     assert refusals["fits"] is None
