@@ -70,8 +70,8 @@ def _alive(nodes: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [n for n in nodes if n.get("Alive", n.get("alive", False))]
 
 
-def _fmt(resources: Mapping[str, float]) -> str:
-    return ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items()) if v) or "nothing"
+def _fmt(resources: Mapping[str, float], zeros: bool = False) -> str:
+    return ", ".join(f"{k}: {v:g}" for k, v in sorted(resources.items()) if v or zeros) or "nothing"
 
 
 def check_capacity(nodes: Sequence[Mapping[str, Any]], demands: Sequence[Demand]) -> None:
@@ -83,7 +83,7 @@ def check_capacity(nodes: Sequence[Mapping[str, Any]], demands: Sequence[Demand]
     for d in demands:
         wanted = {k: v for k, v in d.per_unit.items() if v}
         if wanted and not any(all(n["Resources"].get(k, 0) >= v for k, v in wanted.items()) for n in alive):
-            have = "; ".join(_fmt({k: n["Resources"].get(k, 0) for k in wanted}) for n in alive)
+            have = "; ".join(_fmt({k: n["Resources"].get(k, 0) for k in wanted}, zeros=True) for n in alive)
             raise CapacityError(
                 f"{d.field}: each one needs {_fmt(wanted)}, which no alive node has (nodes: {have}); lower it, "
                 "or start nodes with those resources (`ray start --num-cpus/--num-gpus/--resources`)")
@@ -100,7 +100,7 @@ def check_capacity(nodes: Sequence[Mapping[str, Any]], demands: Sequence[Demand]
         parts = "; ".join(f"{d.field}: {d.count} x {_fmt(d.per_unit)}" for d in demands if d.count)
         raise CapacityError(
             f"the job asks for {_fmt(short)} at once ({parts}) but the cluster's {len(alive)} alive node(s) have "
-            f"{_fmt({k: total.get(k, 0) for k in short})}; lower those fields or add nodes")
+            f"{_fmt({k: total.get(k, 0) for k in short}, zeros=True)}; lower those fields or add nodes")
 
 
 @dataclass

@@ -68,19 +68,20 @@ def pids_titled(title: str) -> list[int]:
         title.encode())]
 
 
-def runtime_env_for(url_file: Path, out: Path) -> Path:
-    """deploy/runtime_env.yaml with this cluster's URL file; its `pip` line goes, as the recipe
-    says for nodes that have the packages (here they run the same virtualenv)."""
+def runtime_env_for(url_file: Path, out: Path, pip: bool = True) -> Path:
+    """deploy/runtime_env.yaml with this cluster's URL file; without `pip` its pip line goes,
+    as the recipe says for nodes that have the packages."""
     env = yaml.safe_load((ROOT / "deploy" / "runtime_env.yaml").read_text())
     env["env_vars"]["RATCHET_REDIS_URL_FILE"] = str(url_file)
-    env.pop("pip", None)
+    if not pip:
+        env.pop("pip", None)  # else relative, as written: `ray job submit` reads it from the repository
     out.write_text(yaml.safe_dump(env, sort_keys=False))
     return out
 
 
 class LocalCluster:
-    def __init__(self, base: Path, workers: int = 2, worker_cpus: int = WORKER_CPUS):
-        self.base, self.redis, self.ray = base, None, None
+    def __init__(self, base: Path, workers: int = 2, worker_cpus: int = WORKER_CPUS, pip: bool = False):
+        self.base, self.redis, self.ray, self.pip = base, None, None, pip
         self.ray_tmp = base / "ray"  # short: Ray's socket paths are length-limited
         self._environ = dict(os.environ)
         try:
@@ -100,7 +101,7 @@ class LocalCluster:
         self.redis = start_tcp_server(base / "redis", host="127.0.0.1", port=free_port())
         self.url_file = base / "etc" / "redis-url"
         write_url_file(self.redis.url, self.url_file)
-        self.runtime_env = runtime_env_for(self.url_file, base / "runtime_env.yaml")
+        self.runtime_env = runtime_env_for(self.url_file, base / "runtime_env.yaml", pip=self.pip)
         # what `ray start` would see on every node: no Redis URL (the jobs read the file), the
         # virtualenv's python first on PATH (a job's entrypoint `python`), loopback only
         for name in ("RATCHET_REDIS_URL", "RATCHET_REDIS_URL_FILE", "RAY_ADDRESS"):
