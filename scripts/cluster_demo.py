@@ -12,13 +12,14 @@ worker node lost mid-run: `make cluster-demo`.
    http://HEAD:8265 --working-dir . --runtime-env ... -- python -m ray_jobs.<job> ...`, with the
    small config of the chaos run (scripts/chaos_jobs.py) and sampler and verifier actors set
    to SPREAD over the nodes.
-3. Per workload, an uninterrupted run (`<workload>-ref`), then the same run (`<workload>-lost`)
-   during which a worker node hosting a sampler is removed (SIGKILL of its raylet and all it
-   started) once the run has done a share of the reference's work, and (SOAR and TPO) the
-   node running the training task is removed once that training saved a checkpoint. A fresh
-   worker node joins after each loss, as a cluster manager would replace a machine. The final
-   state is compared as scripts/chaos.py compares it: counts, program sets, budgets, pairs,
-   published versions, statuses.
+3. First a job asking for more than the cluster has (20 sampler actors): it must fail before
+   it starts, saying so. Then per workload, an uninterrupted run (`<workload>-ref`), and the
+   same run (`<workload>-lost`) during which a worker node hosting a sampler is removed
+   (SIGKILL of its raylet and all it started) once the run has done a share of the
+   reference's work, and (SOAR and TPO) the node running the training task is removed once
+   that training saved a checkpoint. A fresh worker node joins after each loss, as a cluster
+   manager would replace a machine. The final state is compared as scripts/chaos.py compares
+   it: counts, program sets, budgets, pairs, published versions, statuses.
 4. Secrets: the Redis password is looked for in the GCS server's memory, in Ray's record of
    each job (entrypoint, runtime env, metadata) and in the jobs' logs; it must be in none.
    An engine's API key likewise: sampler actors on both workers read it from a file named in
@@ -130,6 +131,16 @@ def secrets_check(cluster: LocalCluster, jobs: list[str], logs: list[str]) -> di
     }
 
 
+def refusal_check(cluster: LocalCluster) -> dict[str, Any]:
+    """A job asking for more than the cluster has fails before it starts, saying so."""
+    entry = entrypoint(cluster, "scaling", "too-big")
+    job = cluster.submit([*entry, "sampler.num_actors=20"], f"too-big-{int(time.time())}")
+    status = cluster.wait(job)
+    said = [line for line in cluster.logs(job).splitlines() if "error: the job asks for" in line]
+    return {"status": status, "said": said[0].split("error: ", 1)[1] if said else None,
+            "ok": status == "FAILED" and bool(said) and _progress(cluster, "scaling", "too-big") == 0}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="+", default=list(JOBS), choices=sorted(JOBS))
@@ -145,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                              "job_server": cluster.job_address, "redis": f"127.0.0.1:{cluster.redis.port}",
                              "up_s": round(time.monotonic() - started, 1)}
         print(json.dumps({"cluster": report["cluster"]}), flush=True)
+        report["refusal"] = refusal_check(cluster)
+        print(json.dumps({"refusal": report["refusal"]}), flush=True)
         for workload in args.workloads:
             t0 = time.monotonic()
             ref_job = cluster.submit(entrypoint(cluster, workload, f"{workload}-ref"),
@@ -191,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"secrets": report["secrets"]}), flush=True)
     report["total_s"] = round(time.monotonic() - started, 1)
     (out / "cluster.json").write_text(json.dumps(report, indent=1, default=str))
-    ok = all(all(report[w]["checks"].values()) for w in args.workloads) and all(report["secrets"].values())
+    ok = (all(all(report[w]["checks"].values()) for w in args.workloads) and all(report["secrets"].values())
+          and report["refusal"]["ok"])
     for w in args.workloads:
         r = report[w]
         print(f"{w}: nodes lost {[x.get('lost') for x in r['losses'] if x['made']]}; counts reference "
