@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="+", default=list(JOBS), choices=sorted(JOBS))
     parser.add_argument("--out", default="runs/cluster-demo", help="job logs and cluster.json")
     parser.add_argument("--no-pip", action="store_true",
-                        help="drop the runtime env's pip line (nodes that have the packages; saves ~30 s a node)")
+                        help="drop the runtime env's pip line (for nodes that have the packages: saves ~30 s a node)")
     args = parser.parse_args(argv)
     out = Path(args.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
