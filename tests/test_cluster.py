@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -259,3 +260,28 @@ def test_the_recipe_runs_on_three_nodes_and_a_lost_node_changes_nothing(workload
     assert all(report["secrets"].values()), report["secrets"]
     if workload in ("soar", "tpo"):  # the training on the lost node went on from its checkpoint elsewhere
         assert any(v["resumed_from_step"] for v in entry["training_resumed"]), entry["training_resumed"]
+
+
+def test_the_clusters_redis_listens_on_tcp_with_a_password_and_its_url_file_is_private(tmp_path):
+    import redis
+
+    from store.connection import connect
+    from store.tcp import start_tcp_server, stop_tcp_server, write_url_file
+
+    with pytest.raises(ValueError, match="port 6379 is Ray's head's"):
+        start_tcp_server(tmp_path / "r0", host="127.0.0.1", port=6379)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = start_tcp_server(tmp_path / "redis", host="127.0.0.1", port=port)
+    try:
+        assert server.url == f"redis://:{server.password}@127.0.0.1:{port}/0"
+        url_file = tmp_path / "etc" / "redis-url"
+        write_url_file(server.url, url_file)
+        assert url_file.stat().st_mode & 0o777 == 0o600
+        assert connect(url_file.read_text().strip()).ping()
+        with pytest.raises(redis.AuthenticationError), redis.Redis(host="127.0.0.1", port=port) as anonymous:
+            anonymous.set("k", "v")  # no password: refused
+        assert server.password not in " ".join(Path(f"/proc/{server.pid}/cmdline").read_text().split("\0"))
+    finally:
+        stop_tcp_server(server)
