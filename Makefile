@@ -17,7 +17,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: pretrained demo-real mutate chaos setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
+.PHONY: pretrained demo-real mutate cluster-demo chaos setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -131,6 +131,13 @@ mutate: setup $(MUTATE)/bin/cosmic-ray
 
 $(MUTATE)/bin/cosmic-ray:
 	python3 -m venv $(MUTATE) && $(MUTATE)/bin/pip install -q cosmic-ray==$(COSMIC_RAY_VERSION)
+
+# A Ray cluster of three nodes on this machine (ray.cluster_utils: a head, two workers; loopback
+# only), Redis over TCP with a password from a URL file, the README's `ray job submit` lines for
+# soar, scaling and tpo, a worker node lost mid-search and mid-training, the final state compared
+# with an uninterrupted run, the password looked for in Ray's GCS and job records (docs/cluster.md).
+cluster-demo: setup
+	$(PY) scripts/cluster_demo.py
 
 bench: setup
 	$(PY) -m benchmarks

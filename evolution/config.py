@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common.placement import Strategy, check_placement
 from common.tracking import TrackingConfig
 from evolution.driver import SearchConfig
 from evolution.filters import FilterConfig
@@ -58,6 +59,11 @@ class VerifierConfig:
     workers_per_actor: int = 1  # warm sandbox workers per actor
     use_cache: bool = True  # the store's execution cache
     request_timeout_s: float | None = 600.0  # a chunk's deadline: its actor is then replaced and the chunk retried
+    scheduling_strategy: Strategy = "DEFAULT"  # SPREAD: actors over the nodes (common/placement.py, Ray's names)
+    resources: dict[str, float] = field(default_factory=dict)  # custom resources per actor: pins it to nodes that have them
+
+    def __post_init__(self):
+        check_placement("verifier", self.scheduling_strategy, self.resources)
 
 
 @dataclass
@@ -70,6 +76,7 @@ class LearnConfig:
     lora_alpha: int = 32  # adapter scaling (alpha / r multiplies the update)
     lora_targets: str = "all-linear"  # modules that get adapters (peft's target_modules; comma-separated names work)
     max_steps: int = 200  # SFT steps per iteration
+    save_steps: int = 50  # a checkpoint every N steps: a training killed (or its node lost) resumes from it
     learning_rate: float = 1e-3  # SFT learning rate
     batch_size: int = 16  # SFT rows per step
     max_length: int = 2048  # tokens per training sequence

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from common.config import ConfigError
+from common.placement import Demand
 from training import embedded, pretrained
 
 
@@ -55,19 +56,6 @@ def _corpus(field: str, source: str) -> None:
         need_path(field, source, "file")
     else:
         need_callable(field, source)
-
-
-def check_cpus(workload: str, held: dict[str, float], task: str, task_cpus: float, cluster_cpus: float) -> None:
-    """A training task must fit beside the actors that hold their CPUs for the whole run: Ray
-    would otherwise queue it forever, and the job would hang without a word."""
-    need = sum(held.values()) + task_cpus
-    if need > cluster_cpus + 1e-9:
-        parts = ", ".join(f"{name} {cpus:g}" for name, cpus in held.items())
-        raise ConfigError(
-            f"{workload}: the {task} task asks for {task_cpus:g} CPU(s) while the actors hold {parts} for the whole "
-            f"run: {need:g} > the cluster's {cluster_cpus:g} CPUs, so Ray could never schedule it. Lower the "
-            "actors' sampler.num_cpus_per_actor (CPUs are Ray's logical units; fractions work) or the task's "
-            "num_cpus, or run on a larger cluster")
 
 
 # --- SOAR ------------------------------------------------------------------------------------
@@ -154,3 +142,36 @@ def check_tpo(cfg: Any) -> None:
 
 def tpo_shared_paths(cfg: Any) -> dict[str, str]:
     return {"storage": cfg.storage or (cfg.runs_dir if Path(cfg.runs_dir).is_absolute() else "")}
+
+
+# --- what each job asks of the cluster (common.placement.check_capacity) ----------------------
+def pool_demand(field: str, pool: Any, gpus_exist: bool, count: int | None = None) -> Demand:
+    """One sampler pool's actors, each as SamplerPool reserves it (a GPU each when the cluster
+    has GPUs and num_gpus_per_actor is unset)."""
+    gpus = pool.num_gpus_per_actor if pool.num_gpus_per_actor is not None else (1 if gpus_exist else 0)
+    return Demand(field, pool.num_actors if count is None else count,
+                  {"CPU": pool.num_cpus_per_actor, "GPU": gpus, **pool.resources})
+
+
+def training_demand(field: str, cpus: float, gpus_exist: bool) -> Demand:
+    """The training task (training.common.gpu_options: one GPU when the cluster has one), which
+    runs while the sampler actors stay up."""
+    return Demand(field, 1, {"CPU": cpus, "GPU": 1 if gpus_exist else 0})
+
+
+def soar_demands(cfg: Any, gpus_exist: bool) -> list[Demand]:
+    v = cfg.verifier
+    return [pool_demand("sampler.num_actors", cfg.sampler, gpus_exist),
+            Demand("verifier.actors", v.actors, {"CPU": v.workers_per_actor, **v.resources}),
+            training_demand("learn.num_cpus", cfg.learn.num_cpus, gpus_exist)]
+
+
+def scaling_demands(cfg: Any, gpus_exist: bool) -> list[Demand]:
+    return [] if cfg.in_process else [pool_demand("sampler.num_actors", cfg.sampler, gpus_exist)]
+
+
+def tpo_demands(cfg: Any, gpus_exist: bool) -> list[Demand]:
+    demands = [pool_demand("sampler.num_actors", cfg.sampler, gpus_exist)]
+    if cfg.judge.kind == "pairwise" and cfg.judge.engine == "pool":  # ray_jobs.tpo.make_judge: one actor
+        demands.append(pool_demand("judge (a pairwise judge's pool: 1 x sampler.*)", cfg.sampler, gpus_exist, 1))
+    return demands + [training_demand("train.num_cpus (the DPO task)", cfg.train.num_cpus, gpus_exist)]

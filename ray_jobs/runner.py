@@ -54,6 +54,7 @@ from common.config import (
 )
 from common.fieldhelp import describe_fields
 from common.logs import protect, ray_runtime_env, setup_logging
+from common.placement import LEDGER, Demand, check_capacity
 from ray_jobs.cluster import check_cluster
 from store import Lease, Store
 
@@ -86,6 +87,9 @@ class JobSpec(Generic[C]):
     check: Callable[[Any], None] | None = None
     # config field -> path every node reads (checkpoints, datasets): absolute on a multi-node cluster
     shared_paths: Callable[[Any], dict[str, str]] | None = None
+    # (cfg, the cluster has GPUs) -> the actors and tasks it runs at once: refused up front when
+    # the cluster cannot hold them (common/placement.py), instead of waiting forever in Ray
+    demands: Callable[[Any, bool], list[Demand]] | None = None
 
 
 def preflight(spec: JobSpec[C], cfg: C, start_ray: bool = True) -> None:
@@ -96,7 +100,10 @@ def preflight(spec: JobSpec[C], cfg: C, start_ray: bool = True) -> None:
         spec.check(cfg)
     if start_ray or ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
         init_ray()
-        check_cluster(ray.nodes(), os.environ, spec.shared_paths(cfg) if spec.shared_paths else {})
+        nodes = ray.nodes()
+        check_cluster(nodes, os.environ, spec.shared_paths(cfg) if spec.shared_paths else {})
+        if spec.demands is not None:
+            check_capacity(nodes, spec.demands(cfg, ray.cluster_resources().get("GPU", 0) >= 1))
 
 
 def init_ray() -> None:
@@ -174,8 +181,10 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
                 signal.signal(signal.SIGTERM, _sigterm)  # after ray.init, which installs its own
             store.experiments.set_status(cfg.experiment, "running", host=socket.gethostname(), pid=os.getpid(),
                                          started=time.time())
+            LEDGER.clear()  # this run's counts only (common/placement.py)
             result = spec.run(cfg, JobContext(store=store, run_dir=run_dir))
             summary = asyncio.run(result) if inspect.isawaitable(result) else result
+            record_nodes(summary, run_dir)
         except BaseException as e:
             status = "killed" if isinstance(e, KeyboardInterrupt | SystemExit) else "failed"
             if _still_ours(store, lease):  # else the record is the new driver's to write
@@ -188,6 +197,19 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
     if line:
         log.info("%s -> %s/report.md", line, run_dir)
     return summary
+
+
+def record_nodes(summary: dict[str, Any], run_dir: Path) -> None:
+    """Add `nodes` (which Ray node served how many requests and items, per role) to the
+    summary and to the summary.json the job wrote: on a cluster, where the work went."""
+    if not LEDGER.served or not isinstance(summary, dict):
+        return
+    summary["nodes"] = LEDGER.report(ray.nodes() if ray.is_initialized() else [])
+    path = run_dir / "summary.json"
+    if path.exists():
+        written = json.loads(path.read_text())
+        written["nodes"] = summary["nodes"]
+        path.write_text(json.dumps(written, indent=2))
 
 
 def _headline(spec: JobSpec[C], summary: dict[str, Any]) -> str:

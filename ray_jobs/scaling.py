@@ -57,7 +57,8 @@ def headline(summary: dict[str, Any]) -> str:
 
 
 JOB = runner.JobSpec(workload="scaling", config_cls=ScalingConfig, run=run_job, doc=__doc__, headline=headline,
-                     check=checks.check_scaling, shared_paths=checks.scaling_shared_paths)
+                     check=checks.check_scaling, shared_paths=checks.scaling_shared_paths,
+                     demands=checks.scaling_demands)
 
 
 def run(cfg: ScalingConfig) -> dict[str, Any]:

@@ -17,8 +17,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import ray
-
 from common.tracking import Tracker
 from evolution.backends import pool_verifier
 from evolution.config import ARC_DSL, SoarConfig
@@ -31,9 +29,6 @@ log = logging.getLogger(__name__)
 
 
 async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
-    checks.check_cpus("soar", {"sampler actors": cfg.sampler.num_actors * cfg.sampler.num_cpus_per_actor,
-                               "verifier actors": cfg.verifier.actors * cfg.verifier.workers_per_actor},
-                      "SFT", cfg.learn.num_cpus if cfg.iterations > 1 else 0.0, ray.cluster_resources().get("CPU", 0))
     tasks, heldout = load_tasks(cfg.tasks)
     extra = extra_tasks(cfg, tasks, heldout)
     base = base_model(cfg, ctx.store, sorted({*tasks, *heldout}))
@@ -42,7 +37,9 @@ async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
     sampler_pool = SamplerPool(cfg.sampler, checkpoint=base.checkpoint, version=base.version, files=base.files)
     verifier_pool = ArcVerifierPool(actors=cfg.verifier.actors, workers_per_actor=cfg.verifier.workers_per_actor,
                                     allowed_modules=(ARC_DSL,), use_cache=cfg.verifier.use_cache,
-                                    request_timeout_s=cfg.verifier.request_timeout_s)
+                                    request_timeout_s=cfg.verifier.request_timeout_s,
+                                    scheduling_strategy=cfg.verifier.scheduling_strategy,
+                                    resources=cfg.verifier.resources)
     tracker = Tracker.start(cfg.tracking, run_dir=ctx.run_dir, experiment=cfg.experiment, config=cfg)
     try:
         await sampler_pool.ready()
@@ -63,7 +60,8 @@ def headline(summary: dict[str, Any]) -> str:
 
 
 JOB = runner.JobSpec(workload="soar", config_cls=SoarConfig, run=run, doc=__doc__, headline=headline,
-                     iterations_flag=True, check=checks.check_soar, shared_paths=checks.soar_shared_paths)
+                     iterations_flag=True, check=checks.check_soar, shared_paths=checks.soar_shared_paths,
+                     demands=checks.soar_demands)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

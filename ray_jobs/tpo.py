@@ -21,8 +21,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from common.tracking import Tracker, training_args
 from ray_jobs import checks, runner
 from search.pool import SamplerPool
@@ -74,8 +72,8 @@ def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path, seed_check
         discard_unpublished(out, models.list())  # a run killed before publishing it; never a published one
         # a Ray task's stderr is no terminal: the trainer's numbers come as log lines, not a bar
         job = DPOJobConfig(model_path=start.checkpoint, output_dir=str(out.resolve()),
-                           max_steps=t.max_steps, learning_rate=t.learning_rate, beta=t.beta,
-                           **lora_args(t.lora, t, seed_checkpoint),
+                           max_steps=t.max_steps, save_steps=t.save_steps, learning_rate=t.learning_rate,
+                           beta=t.beta, **lora_args(t.lora, t, seed_checkpoint),
                            per_device_train_batch_size=t.batch_size, max_length=t.max_length,
                            disable_tqdm=True, logging_steps=max(1, t.max_steps // 5), seed=iteration,
                            completion_eos=not cfg.pairs.divergence_words,  # windows stop mid-thought
@@ -87,11 +85,6 @@ def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path, seed_check
 
 
 async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
-    held = {"sampler actors": cfg.sampler.num_actors * cfg.sampler.num_cpus_per_actor}
-    if cfg.judge.kind == "pairwise" and cfg.judge.engine == "pool":
-        held["the judge's actor"] = cfg.sampler.num_cpus_per_actor
-    checks.check_cpus("tpo", held, "DPO", cfg.train.num_cpus if cfg.iterations else 0.0,
-                      ray.cluster_resources().get("CPU", 0))
     models = ctx.store.models(cfg.experiment)
     seed = resolve(cfg.model.checkpoint)
     pool = SamplerPool(replace(cfg.sampler, experiment=cfg.experiment), checkpoint=seed)
@@ -125,7 +118,8 @@ def headline(s: dict[str, Any]) -> str:
 
 
 JOB = runner.JobSpec(workload="tpo", config_cls=TpoConfig, run=run, doc=__doc__, headline=headline,
-                     iterations_flag=True, check=checks.check_tpo, shared_paths=checks.tpo_shared_paths)
+                     iterations_flag=True, check=checks.check_tpo, shared_paths=checks.tpo_shared_paths,
+                     demands=checks.tpo_demands)
 
 
 def main(argv: list[str] | None = None) -> None:

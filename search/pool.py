@@ -39,6 +39,7 @@ from common.faults import (
     unwrap,
 )
 from common.logs import protect
+from common.placement import LEDGER, actor_options, node_id
 from common.sampling import Completion, Prompt, SamplingParams, check_counts
 from common.secrets import resolve_secret_refs
 from search.engines import make_engine
@@ -61,7 +62,7 @@ class ActorStats:
     cancelled: int  # generate calls skipped because their caller had gone (ray.cancel) before they began
     queue_depth: int  # requests sent to this actor and not yet answered
     restarts: int  # times this slot's actor was replaced after dying
-    niceness: int  # the actor process's scheduling niceness (PoolConfig.niceness)
+    niceness: int | None  # the actor process's scheduling niceness (PoolConfig.niceness); None: the actor is dead
     engine: dict[str, Any] = field(default_factory=dict)  # the engine's own stats(), if it has any (prefix cache)
 
 
@@ -90,6 +91,10 @@ class SamplerWorker:
 
     def context_length(self) -> int | None:
         return self.engine.context_length
+
+    def node_id(self) -> str | None:
+        """The Ray node this actor runs on: the driver credits the node with what it served."""
+        return node_id()
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         with self._generate_lock:
@@ -163,6 +168,8 @@ class Slot:
     generation: int = 0  # bumped when the actor is replaced, so one death triggers one restart
     restarts: int = 0
     warm: bool = True  # False for a replacement until it has loaded its model
+    node: str | None = None  # the Ray node of `node_of` (the handle it was asked of)
+    node_of: Any = None
 
 
 class Router:
@@ -236,6 +243,7 @@ class SamplerPool:
             # The pool replaces dead actors itself (with the current checkpoint) and retries
             # their requests; Ray's own restart would reload the checkpoint the actor began with.
             max_restarts=0,
+            **actor_options(strategy=config.scheduling_strategy, resources=config.resources),
         )
         if config.niceness is not None:  # merged with the job's runtime_env (its env_vars too)
             self._actor_options["runtime_env"] = {"env_vars": {"RAY_worker_niceness": str(config.niceness)}}
@@ -316,8 +324,18 @@ class SamplerPool:
             finally:
                 self.router.release(slot)
             check_counts(results, len(prompts), params.n, f"sampler actor {slot.index}")
+            LEDGER.add("sampler", await self._node(slot, handle), len(prompts))
             return results
         raise AssertionError("unreachable")
+
+    async def _node(self, slot: Slot, handle: Any) -> str | None:
+        """The node of the actor that answered (asked once per actor; None if it died since)."""
+        if slot.node_of is not handle:
+            try:
+                slot.node, slot.node_of = await handle.node_id.remote(), handle
+            except Exception:  # gone right after answering: its node is unknown, the answer stands
+                return None
+        return slot.node
 
     async def _call(self, ref: Any, index: int) -> Any:
         """Await one actor call within the request deadline."""
@@ -399,7 +417,8 @@ class SamplerPool:
         out = []
         for slot, r in zip(slots, raw, strict=True):
             if isinstance(r, BaseException):  # a dead actor reports nothing until replaced
-                r = dict(version=None, busy_s=0.0, tokens_generated=0, requests=0, running=0, cancelled=0)
+                r = dict(version=None, busy_s=0.0, tokens_generated=0, requests=0, running=0, cancelled=0,
+                         niceness=None)
             out.append(ActorStats(index=slot.index, queue_depth=slot.inflight, restarts=slot.restarts, **r))
         return out
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.config import is_secret_key
+from common.placement import Strategy, check_placement
 from common.secrets import literal_secrets
 from search.engines import check_engine_kwargs, engine_class
 
@@ -34,8 +35,13 @@ class PoolConfig:
     # 2-core machine with one busy core). Applied by Ray when it starts the actor (the
     # RAY_worker_niceness of its runtime_env, as Ray Jobs does for a job's driver): no privilege needed.
     niceness: int | None = None
+    # Placement (common/placement.py, Ray's names): SPREAD puts the actors on one node after
+    # another, so a lost node takes a share of the pool, not all of it; DEFAULT lets Ray pack them
+    scheduling_strategy: Strategy = "DEFAULT"
+    resources: dict[str, float] = field(default_factory=dict)  # custom resources per actor: pins it to nodes that have them
 
     def __post_init__(self):
+        check_placement("PoolConfig", self.scheduling_strategy, self.resources)
         engine_class(self.engine)  # raises on an unknown name, listing the known ones
         for name in ("num_actors", "max_inflight_per_actor", "prompts_per_request"):
             if getattr(self, name) < 1:

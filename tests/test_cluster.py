@@ -4,17 +4,23 @@ cluster recipe (README's `ray job submit` lines, deploy/) carries what such a ru
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from common.config import load_config
+from common.placement import CapacityError, Demand, NodeLedger, actor_options, check_capacity
 from evolution.config import SoarConfig
 from ray_jobs import checks, scaling, soar, tpo
 from ray_jobs.cluster import ClusterError, check_cluster
+from search.pool_config import PoolConfig
 from thinking.config import TpoConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,3 +160,128 @@ def test_rayjob_example_uses_kuberay_field_names():
                       [a for a in shlex.split(spec["entrypoint"]) if "=" in a])
     check_cluster([node(1), node(2)], runtime_env["env_vars"], soar.JOB.shared_paths(cfg))
     json.dumps(doc)  # plain data: kubectl apply reads it
+
+
+# --- placement: policy in the config, capacity refused up front, which node served how much ---
+def ray_node(i: int, cpus: float, **custom: float) -> dict:
+    return node(i) | {"NodeID": f"n{i}", "Resources": {"CPU": cpus, f"node:10.0.0.{i}": 1.0, **custom}}
+
+
+def test_placement_fields_use_rays_names_and_refuse_others():
+    assert PoolConfig(scheduling_strategy="SPREAD", resources={"w1": 1}).resources == {"w1": 1}
+    with pytest.raises(ValueError, match=r"PoolConfig.scheduling_strategy='spread' must be one of \['DEFAULT', 'SPREAD'\]"):
+        PoolConfig(scheduling_strategy="spread")
+    with pytest.raises(ValueError, match=r"PoolConfig.resources.CPU: CPU has its own field"):
+        PoolConfig(resources={"CPU": 2})
+    with pytest.raises(ValueError, match=r"command line \(verifier.resources={w1: 0}\): verifier.resources.w1=0.0 must be a number > 0"):
+        load_config(None, SoarConfig, ["verifier.resources={w1: 0}"])
+    assert actor_options(strategy="SPREAD", resources={"w1": 1}) == {"scheduling_strategy": "SPREAD",
+                                                                     "resources": {"w1": 1}}
+
+
+def test_a_job_asking_more_than_the_cluster_has_is_refused_naming_the_field():
+    nodes = [ray_node(1, 0.0), ray_node(2, 4.0, w1=1), ray_node(3, 4.0, w2=1), node(4, alive=False)]
+    check_capacity(nodes, [Demand("sampler.num_actors", 8, {"CPU": 1.0})])  # 8 CPUs on two nodes: fits
+    with pytest.raises(CapacityError, match=re.escape("the job asks for CPU: 9 at once (sampler.num_actors: 8 x CPU: 1; "
+                                                      "verifier.actors: 1 x CPU: 1) but the cluster's 3 alive node(s) "
+                                                      "have CPU: 8; lower those fields or add nodes")):
+        check_capacity(nodes, [Demand("sampler.num_actors", 8, {"CPU": 1.0}), Demand("verifier.actors", 1, {"CPU": 1})])
+    with pytest.raises(CapacityError, match=r"^sampler.num_actors: each one needs CPU: 5, which no alive node has"):
+        check_capacity(nodes, [Demand("sampler.num_actors", 1, {"CPU": 5.0})])
+    with pytest.raises(CapacityError, match=r"^verifier.actors: each one needs CPU: 1, gpu_node: 1, which no alive node"):
+        check_capacity(nodes, [Demand("verifier.actors", 1, {"CPU": 1.0, "gpu_node": 1})])
+
+
+def test_the_jobs_demands_are_what_their_pools_and_trainings_reserve():
+    demo = load_config("configs/soar-demo.yaml", SoarConfig)
+    assert [(d.field, d.count, dict(d.per_unit)) for d in checks.soar_demands(demo, gpus_exist=False)] == [
+        ("sampler.num_actors", 1, {"CPU": 0.5, "GPU": 0}), ("verifier.actors", 1, {"CPU": 1}),
+        ("learn.num_cpus", 1, {"CPU": 0.5, "GPU": 0})]
+    one_machine = [ray_node(1, 2.0)]  # `make demo` on 2 cores: every demo fits
+    check_capacity(one_machine, checks.soar_demands(demo, False))
+    check_capacity(one_machine, checks.scaling_demands(load_config("configs/scaling-demo.yaml", scaling.JOB.config_cls),
+                                                       False))
+    check_capacity(one_machine, checks.tpo_demands(load_config("configs/tpo-demo.yaml", TpoConfig), False))
+    qwen = load_config("configs/soar-qwen.yaml", SoarConfig)
+    with pytest.raises(CapacityError, match="sampler.num_actors"):  # 8 GPU samplers on a CPU machine
+        check_capacity(one_machine, checks.soar_demands(qwen, gpus_exist=True))
+
+
+def test_the_node_ledger_reports_per_node_and_role():
+    ledger = NodeLedger()
+    ledger.add("sampler", "n2", 8)
+    ledger.add("sampler", "n2", 4)
+    ledger.add("verifier", "n3", 64)
+    ledger.add("sampler", None, 1)  # an actor gone before it said where it ran
+    report = ledger.report([ray_node(2, 4.0, w1=1), ray_node(3, 4.0, w2=1) | {"Alive": False}])
+    assert report == {"n2": {"alive": True, "resources": ["w1"], "sampler": {"requests": 2, "items": 12}},
+                      "n3": {"alive": False, "resources": ["w2"], "verifier": {"requests": 1, "items": 64}},
+                      "unknown": {"alive": False, "resources": [], "sampler": {"requests": 1, "items": 1}}}
+
+
+def test_on_three_nodes_spread_samplers_serve_from_both_workers_keys_stay_out_of_the_gcs_and_capacity_is_live():
+    """A real cluster (ray.cluster_utils: a head with no CPUs, two 2-CPU workers) in a process of
+    its own, on 127.0.0.1 only: SPREAD puts one sampler actor on each worker, the ledger
+    credits both; each actor reads the engine's API key from its file, so the GCS (which keeps
+    the actors' arguments) holds the path, never the key; the capacity check reads the live
+    nodes. One cluster start (~15 s)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_REDIS_URL")} | {"PYTHONPATH": str(ROOT)}
+    probe = subprocess.run([sys.executable, str(ROOT / "tests" / "_cluster_probe.py")], capture_output=True, text=True,
+                           env=env, timeout=600)
+    assert probe.returncode == 0, probe.stderr[-3000:]
+    out = json.loads(probe.stdout.strip().splitlines()[-1])
+    assert out["node_ips"] == ["127.0.0.1"]  # every node on loopback
+    assert out["api_key"] == {"completions": 8, "endpoint_got_the_key": True, "gcs_holds_key_file_path": True,
+                              "key_not_in_gcs": True}
+    assert set(out["served"]) == {"w1", "w2"} and sum(out["served"].values()) == 8, out["served"]
+    refusals = out["refusals"]
+    assert refusals["fits"] is None
+    assert refusals["total"].startswith("the job asks for CPU: 5 at once") and "have CPU: 4" in refusals["total"]
+    assert refusals["per_node"].startswith("sampler.num_cpus_per_actor: each one needs CPU: 3, which no alive node")
+    assert refusals["custom"].startswith("sampler.resources: each one needs gpu_node: 1")
+
+
+# --- the recipe run on a cluster on this machine, a worker node lost mid-run ------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("workload", ["scaling", "soar", "tpo"])
+def test_the_recipe_runs_on_three_nodes_and_a_lost_node_changes_nothing(workload, tmp_path):
+    """scripts/cluster_demo.py (make cluster-demo) for one workload: the README's `ray job submit`
+    line against a head and two workers, Redis over TCP from a URL file; a worker node removed
+    mid-search (and, SOAR and TPO, mid-training); the same final state as an uninterrupted run;
+    the Redis password nowhere in Ray's GCS, its job records or the jobs' logs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_REDIS_URL")} | {"PYTHONPATH": str(ROOT)}
+    demo = subprocess.run([sys.executable, str(ROOT / "scripts" / "cluster_demo.py"), "--workloads", workload,
+                           "--out", str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=3000)
+    assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
+    report = json.loads((tmp_path / "cluster.json").read_text())
+    entry = report[workload]
+    assert entry["status"] == "SUCCEEDED" and all(entry["checks"].values()), entry["checks"]
+    assert [x["made"] for x in entry["losses"]] == [True] * (2 if workload in ("soar", "tpo") else 1), entry["losses"]
+    assert all(report["secrets"].values()), report["secrets"]
+    if workload in ("soar", "tpo"):  # the training on the lost node went on from its checkpoint elsewhere
+        assert any(v["resumed_from_step"] for v in entry["training_resumed"]), entry["training_resumed"]
+
+
+def test_the_clusters_redis_listens_on_tcp_with_a_password_and_its_url_file_is_private(tmp_path):
+    import redis
+
+    from store.connection import connect
+    from store.tcp import start_tcp_server, stop_tcp_server, write_url_file
+
+    with pytest.raises(ValueError, match="port 6379 is Ray's head's"):
+        start_tcp_server(tmp_path / "r0", host="127.0.0.1", port=6379)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = start_tcp_server(tmp_path / "redis", host="127.0.0.1", port=port)
+    try:
+        assert server.url == f"redis://:{server.password}@127.0.0.1:{port}/0"
+        url_file = tmp_path / "etc" / "redis-url"
+        write_url_file(server.url, url_file)
+        assert url_file.stat().st_mode & 0o777 == 0o600
+        assert connect(url_file.read_text().strip()).ping()
+        with pytest.raises(redis.AuthenticationError), redis.Redis(host="127.0.0.1", port=port) as anonymous:
+            anonymous.set("k", "v")  # no password: refused
+        assert server.password not in " ".join(Path(f"/proc/{server.pid}/cmdline").read_text().split("\0"))
+    finally:
+        stop_tcp_server(server)

@@ -309,3 +309,23 @@ def test_an_actor_lost_while_the_pool_starts_is_replaced(ray_local, models):
         assert pool.generate_sync(PROMPTS[:2], GREEDY)[0][0].text == expected(PROMPTS[0])
     finally:
         pool.shutdown()
+
+
+def test_stats_of_a_pool_whose_actor_died_report_it_empty(ray_local, models):
+    """Regression: a dead actor's stats row lacked `niceness`, so pool.stats() raised TypeError
+    once any actor had died (a lost node: SOAR's search failed at its end-of-search stats)."""
+    pool = SamplerPool(PoolConfig(num_actors=1, num_cpus_per_actor=0.5, engine_kwargs={"num_threads": 1}),
+                       checkpoint=models["trained"], version="v0")
+    try:
+        asyncio.run(pool.ready())
+        handle = pool.router.slots[0].handle
+        ray.kill(handle, no_restart=True)
+        for _ in range(100):  # until Ray reports it dead (a bounded wait on the condition)
+            try:
+                ray.get(handle.ready.remote(), timeout=30)
+            except Exception:
+                break
+        (row,) = asyncio.run(pool.stats())
+        assert (row.version, row.requests, row.niceness) == (None, 0, None)
+    finally:
+        pool.shutdown()

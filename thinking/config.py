@@ -57,6 +57,7 @@ class JudgeConfig:
 class TrainConfig:
     beta: float = 0.1  # DPO beta
     max_steps: int = 40  # DPO steps per iteration
+    save_steps: int = 50  # a checkpoint every N steps: a training killed (or its node lost) resumes from it
     learning_rate: float = 5e-5  # DPO learning rate
     batch_size: int = 16  # pairs per step
     max_length: int = 256  # prompt + completion tokens

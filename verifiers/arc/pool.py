@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from common.faults import DeadlineExceeded, InfrastructureError, is_infrastructure, unwrap
+from common.placement import LEDGER, actor_options, check_placement, node_id
 from verifiers.arc.executor import ArcExecutor
 from verifiers.arc.grids import ArcTask, decode_rows
 from verifiers.arc.results import InputResult, ProgramResult
@@ -49,6 +50,10 @@ class ArcVerifierActorImpl:
 
     def stats(self) -> dict[str, Any]:
         return self.executor.stats()
+
+    def node_id(self) -> str | None:
+        """The Ray node this actor runs on: the driver credits the node with what it verified."""
+        return node_id()
 
     def close(self) -> None:
         self.executor.close()
@@ -80,12 +85,15 @@ class ArcVerifierPool:
     def __init__(self, *, actors: int = 2, workers_per_actor: int = 1,
                  limits: SandboxLimits | None = None, allowed_modules: Sequence[str] = (),
                  use_cache: bool = True, chunk: int = CHUNK, request_timeout_s: float | None = 600.0,
-                 max_chunk_retries: int = 3):
+                 max_chunk_retries: int = 3, scheduling_strategy: str = "DEFAULT",
+                 resources: dict[str, float] | None = None):
         if actors < 1 or workers_per_actor < 1 or chunk < 1:
             raise ValueError("actors, workers_per_actor and chunk must all be >= 1")
         if max_chunk_retries < 0 or (request_timeout_s is not None and request_timeout_s <= 0):
             raise ValueError("max_chunk_retries must be >= 0 and request_timeout_s > 0 (or None)")
-        self._options = dict(num_cpus=workers_per_actor, max_restarts=0)
+        check_placement("verifier", scheduling_strategy, resources or {})
+        self._options = dict(num_cpus=workers_per_actor, max_restarts=0,
+                             **actor_options(strategy=scheduling_strategy, resources=resources or {}))
         self._kwargs = dict(workers=workers_per_actor, limits=(limits or SandboxLimits()).__dict__.copy(),
                             allowed_modules=list(allowed_modules), use_cache=use_cache)
         self.actors = [self._spawn() for _ in range(actors)]
@@ -94,6 +102,7 @@ class ArcVerifierPool:
         self.max_chunk_retries = max_chunk_retries
         self.restarts = 0  # actors replaced after a failure
         self._next = 0
+        self._nodes: dict[Any, str | None] = {}  # actor handle -> its node (asked once)
 
     def _spawn(self) -> Any:
         return ArcVerifierActor.options(**self._options).remote(**self._kwargs)
@@ -108,6 +117,15 @@ class ArcVerifierPool:
         self.actors[index] = self._spawn()
         self.restarts += 1
 
+    async def _credit(self, actor: Any, programs: int) -> None:
+        """Count a chunk for the node of the actor that answered it (common/placement.py)."""
+        if actor not in self._nodes:
+            try:
+                self._nodes[actor] = await actor.node_id.remote()
+            except Exception:  # gone right after answering: its node is unknown, the results stand
+                self._nodes[actor] = None
+        LEDGER.add("verifier", self._nodes[actor], programs)
+
     async def execute(self, task: ArcTask, programs: Sequence[str]) -> list[ProgramResult]:
         """One ProgramResult per program, in order; chunks run on the actors concurrently."""
         task_json = ray.put(task.to_json())
@@ -120,13 +138,14 @@ class ArcVerifierPool:
                 actor = self.actors[index]
                 try:
                     ref = actor.execute_many.remote(task.id, task_json, chunk)
-                    if self.request_timeout_s is None:
-                        return await ref
                     try:
-                        return await asyncio.wait_for(ref, self.request_timeout_s)
+                        rows = await (ref if self.request_timeout_s is None
+                                      else asyncio.wait_for(ref, self.request_timeout_s))
                     except asyncio.TimeoutError:
                         raise DeadlineExceeded(f"verifier actor {index} did not answer within "
                                                f"request_timeout_s={self.request_timeout_s}") from None
+                    await self._credit(actor, len(chunk))
+                    return rows
                 except Exception as e:
                     if not is_infrastructure(e):
                         raise unwrap(e) from None

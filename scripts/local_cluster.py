@@ -1,0 +1,314 @@
+"""A multi-node Ray cluster on one machine, as Ray's maintainers test one: a head and worker
+nodes (`ray.cluster_utils.Cluster`: a raylet each, with resources of its own), one Redis over
+TCP with a password whose URL is in a 0600 file (RATCHET_REDIS_URL_FILE), a storage dir every
+node reads, and the job server (the dashboard) on loopback.
+
+    with LocalCluster(Path("/tmp/rcd"), workers=2) as c:
+        job = c.submit(["python", "-m", "ray_jobs.scaling", "--config", "configs/scaling-demo.yaml"])
+        c.remove(c.node_of(pid))         # SIGKILL a worker node's raylet and everything it started
+        c.wait(job)
+
+Each node keeps the runtime envs it unpacks (the job's --working-dir) in a directory of its
+own, as separate machines would: the nodes share one session dir here, and a node that
+deleted a working dir it no longer used would delete it under another node's running job.
+
+Everything is on 127.0.0.1: Ray turns a loopback address into the machine's outward one
+unless RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0, which here only makes it keep 127.0.0.1 (the
+cluster_utils nodes do not read it otherwise). Every process lives under this cluster's own
+temp dir and is stopped by `close()`: never `ray stop`, which stops every Ray of the user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAD_RESOURCES = {"head": 1}
+WORKER_CPUS = 4  # logical: a worker left alone must hold every actor and the training task
+OBJECT_STORE = 200 * 1024 * 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ppid(pid: int) -> int:
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return 0
+
+
+def _cmdline(pid: int) -> bytes:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    return b""
+
+
+def pids_titled(title: str) -> list[int]:
+    """Processes whose command line starts with `title` (Ray names a worker `ray::<task or actor>`)."""
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(int(p.name)).startswith(
+        title.encode())]
+
+
+def runtime_env_for(url_file: Path, out: Path, pip: bool = True) -> Path:
+    """deploy/runtime_env.yaml with this cluster's URL file; without `pip` its pip line goes,
+    as the recipe says for nodes that have the packages."""
+    env = yaml.safe_load((ROOT / "deploy" / "runtime_env.yaml").read_text())
+    env["env_vars"]["RATCHET_REDIS_URL_FILE"] = str(url_file)
+    if not pip:
+        env.pop("pip", None)  # else relative, as written: `ray job submit` reads it from the repository
+    out.write_text(yaml.safe_dump(env, sort_keys=False))
+    return out
+
+
+class LocalCluster:
+    def __init__(self, base: Path, workers: int = 2, worker_cpus: int = WORKER_CPUS, pip: bool = False):
+        self.base, self.redis, self.ray, self.pip = base, None, None, pip
+        self.ray_tmp = base / "ray"  # short: Ray's socket paths are length-limited
+        self._environ = dict(os.environ)
+        try:
+            self._start(workers, worker_cpus)
+        except BaseException:
+            self.close()  # what did start: nothing of a half-built cluster is left running
+            raise
+
+    def _start(self, workers: int, worker_cpus: int) -> None:
+        from store.tcp import start_tcp_server, write_url_file
+
+        base = self.base
+        base.mkdir(parents=True, exist_ok=True)
+        self.storage = base / "shared"  # every node reads it (one machine: one disk)
+        self.storage.mkdir(exist_ok=True)
+        self.worker_cpus = worker_cpus
+        self.redis = start_tcp_server(base / "redis", host="127.0.0.1", port=free_port())
+        self.url_file = base / "etc" / "redis-url"
+        write_url_file(self.redis.url, self.url_file)
+        self.runtime_env = runtime_env_for(self.url_file, base / "runtime_env.yaml", pip=self.pip)
+        # what `ray start` would see on every node: no Redis URL (the jobs read the file), the
+        # virtualenv's python first on PATH (a job's entrypoint `python`), loopback only
+        for name in ("RATCHET_REDIS_URL", "RATCHET_REDIS_URL_FILE", "RAY_ADDRESS"):
+            os.environ.pop(name, None)
+        os.environ |= {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_TMPDIR": str(base),
+                       "RAY_USAGE_STATS_ENABLED": "0",
+                       # a lost node is declared dead after ~3 s of missed health checks, not ~15 s
+                       "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
+                       "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        from ray.cluster_utils import Cluster
+
+        self.dashboard_port = free_port()
+        self.ray = Cluster(initialize_head=True, shutdown_at_exit=True, head_node_args=dict(
+            num_cpus=0, resources=HEAD_RESOURCES, include_dashboard=True, dashboard_host="127.0.0.1",
+            dashboard_port=self.dashboard_port, temp_dir=str(self.ray_tmp), node_ip_address="127.0.0.1",
+            object_store_memory=OBJECT_STORE, runtime_env_dir_name="runtime_resources_head"))
+        self.names: dict[Any, str] = {self.ray.head_node: "head"}
+        self._added = 0
+        for _ in range(workers):
+            self.add_worker()
+
+    @property
+    def job_address(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    @property
+    def gcs_address(self) -> str:
+        return self.ray.address
+
+    def add_worker(self) -> Any:
+        """A worker node `w<k>` with WORKER_CPUS logical CPUs and a resource named after it."""
+        self._added += 1
+        name = f"w{self._added}"
+        node = self.ray.add_node(num_cpus=self.worker_cpus, resources={name: 1}, node_ip_address="127.0.0.1",
+                                 object_store_memory=OBJECT_STORE, runtime_env_dir_name=f"runtime_resources_{name}")
+        self.names[node] = name
+        return node
+
+    def workers(self) -> list[Any]:
+        return list(self.ray.worker_nodes)
+
+    def raylet_pid(self, node: Any) -> int:
+        return node.all_processes["raylet"][0].process.pid
+
+    def node_of(self, pid: int) -> Any | None:
+        """The node whose raylet started `pid` (a worker process: an actor or a task)."""
+        raylets = {self.raylet_pid(n): n for n in [self.ray.head_node, *self.ray.worker_nodes]}
+        for _ in range(64):
+            if pid in raylets:
+                return raylets[pid]
+            pid = _ppid(pid)
+            if pid <= 1:
+                return None
+        return None
+
+    def remove(self, node: Any) -> str:
+        """Lose a worker node: SIGKILL its raylet and the processes it started (no graceful
+        shutdown), as a machine that dies. Returns the node's name."""
+        if node is self.ray.head_node:
+            raise ValueError("the head node holds the cluster's state and the job's driver: remove a worker")
+        self.ray.remove_node(node, allow_graceful=False)
+        return self.names[node]
+
+    def gcs_pid(self) -> int:
+        return self.ray.head_node.all_processes["gcs_server"][0].process.pid
+
+    # --- jobs, through the job server as the README's recipe submits them ---------------------
+    def submit_argv(self, entrypoint: list[str], submission_id: str) -> list[str]:
+        return [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", self.job_address,
+                "--working-dir", ".", "--runtime-env", str(self.runtime_env), "--submission-id", submission_id,
+                "--no-wait", "--", *entrypoint]
+
+    def submit(self, entrypoint: list[str], submission_id: str) -> str:
+        r = subprocess.run(self.submit_argv(entrypoint, submission_id), cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+        if r.returncode != 0:
+            raise RuntimeError(f"ray job submit failed ({r.returncode}): {r.stderr[-2000:]}")
+        return submission_id
+
+    def client(self) -> Any:
+        from ray.job_submission import JobSubmissionClient
+
+        return JobSubmissionClient(self.job_address)
+
+    def status(self, job: str) -> str:
+        return str(self.client().get_job_status(job).value)
+
+    def wait(self, job: str, timeout_s: float = 3600) -> str:
+        deadline = time.monotonic() + timeout_s
+        while (status := self.status(job)) not in ("SUCCEEDED", "FAILED", "STOPPED"):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job} still {status} after {timeout_s}s")
+            time.sleep(1)  # polling the job server for a state it reports
+        return status
+
+    def logs(self, job: str) -> str:
+        return self.client().get_job_logs(job)
+
+    def job_record(self, job: str) -> str:
+        """What Ray keeps of the job (entrypoint, runtime env, metadata), as JSON text."""
+        info = self.client().get_job_info(job)
+        return json.dumps({"entrypoint": info.entrypoint, "runtime_env": info.runtime_env,
+                           "metadata": info.metadata}, default=str)
+
+    def close(self) -> None:
+        if self.ray is not None:
+            with contextlib.suppress(Exception):
+                self.ray.shutdown()
+        for pid in [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]:
+            if str(self.ray_tmp).encode() in _cmdline(pid):  # anything of this cluster's left
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        from store.tcp import stop_tcp_server
+
+        if self.redis is not None:
+            with contextlib.suppress(Exception):
+                stop_tcp_server(self.redis)
+        os.environ.clear()
+        os.environ.update(self._environ)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether the process's readable memory holds `needle` (how the secret checks look at Ray's GCS)."""
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            fields = line.split()
+            if "r" not in fields[1] or (len(fields) > 5 and fields[5].startswith("[v")):
+                continue
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            try:
+                if needle in os.pread(mem.fileno(), hi - lo, lo):
+                    return True
+            except OSError:
+                continue
+    return False
+
+
+
+
+class _Completions(BaseHTTPRequestHandler):
+    """A real OpenAI-shaped /v1/completions endpoint: " 7" for every prompt and sample; it
+    records the bearer tokens it is sent."""
+
+    seen: list[str] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append(self.headers.get("Authorization", ""))
+        prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
+        choices = [{"index": i, "text": " 7", "finish_reason": "stop", "logprobs": None}
+                   for i in range(len(prompts) * body.get("n", 1))]
+        data = json.dumps({"id": "c", "object": "text_completion", "created": 0, "model": body["model"],
+                           "choices": choices, "usage": {"prompt_tokens": 1, "completion_tokens": len(choices),
+                                                         "total_tokens": 1 + len(choices)}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def completions_endpoint() -> Iterator[str]:
+    """A local OpenAI-compatible endpoint on 127.0.0.1; yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Completions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _Completions.seen = []
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/v1"
+    finally:
+        server.shutdown()
+
+
+def api_key_check(cluster: LocalCluster, prompts: int = 8) -> dict[str, Any]:
+    """An engine's API key across nodes: sampler actors SPREAD over the workers read it from a
+    0400 file named in engine_kwargs (`api_key_file`) and send it; the GCS, which keeps every
+    actor's arguments, holds the file's path and never the key. Needs ray.init(cluster)."""
+    import asyncio
+
+    from common.sampling import SamplingParams
+    from search.pool import PoolConfig, SamplerPool
+
+    key = f"sk-cluster-{secrets.token_hex(12)}"
+    path = cluster.base / "etc" / "openai-key"
+    path.write_text(key)
+    path.chmod(0o400)
+    with completions_endpoint() as base_url:
+        pool = SamplerPool(PoolConfig(engine="openai", num_actors=2, num_cpus_per_actor=0.5, prompts_per_request=1,
+                                      scheduling_strategy="SPREAD",
+                                      engine_kwargs={"base_url": base_url, "model": "m", "api_key_file": str(path)}))
+        try:
+            rows = asyncio.run(pool.generate([f"{i}+1=" for i in range(prompts)], SamplingParams(n=1, max_tokens=2)))
+        finally:
+            pool.shutdown()
+        seen = list(_Completions.seen)
+    gcs = cluster.gcs_pid()
+    return {"completions": sum(len(r) for r in rows), "endpoint_got_the_key": bool(seen) and all(
+                s == f"Bearer {key}" for s in seen),
+            "gcs_holds_key_file_path": memory_holds(gcs, str(path).encode()),
+            "key_not_in_gcs": not memory_holds(gcs, key.encode())}
