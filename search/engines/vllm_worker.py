@@ -1,0 +1,34 @@
+"""Worker-side half of the vLLM engine's in-memory weight update (OpenRLHF's and veRL's path).
+
+vLLM runs the model in a worker process; `LLM.collective_rpc(name, args)` calls a method on
+every worker. vLLM mixes the class named by `worker_extension_cls` into its workers, so the
+method below exists there. Its argument crosses the process boundary through vLLM's msgpack
+RPC, which carries bytes but not torch tensors (a tensor arrives as a plain list), so the
+weights travel as one safetensors blob, built in memory (`safetensors.torch.save`): no file
+is written, and the model's own `load_weights` maps checkpoint names (q/k/v, gate/up) onto its
+fused parameters as it does at start-up.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EXTENSION = "search.engines.vllm_worker.WeightReceiver"  # LLM(worker_extension_cls=...), a dotted qualname
+METHOD = "ratchet_load_weights"  # the collective_rpc method name
+
+
+class WeightReceiver:
+    """Mixed into vLLM's worker class; `self` is the worker."""
+
+    reload_weights: Any  # vLLM's Worker.reload_weights (vLLM >= 0.31): in-place, under the worker's config
+
+    def ratchet_load_weights(self, blob: bytes) -> int:
+        """Load a safetensors blob of Hugging Face-named weights in place; returns how many
+        tensors it held, so the caller can count-check every worker."""
+        from safetensors.torch import load
+
+        weights = load(blob)
+        # vLLM's in-place reload (the same call as reload_weights from disk, given an iterator):
+        # it prepares layer-wise loading, runs model.load_weights, and re-processes the weights.
+        self.reload_weights(weights_iterator=iter(weights.items()))
+        return len(weights)
