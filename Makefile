@@ -16,7 +16,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: pretrained chaos setup setup-vllm test-vllm vllm-workloads setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
+.PHONY: pretrained demo-real chaos setup setup-vllm test-vllm vllm-workloads setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -120,6 +120,11 @@ demo-tpo: setup
 # its hash checked, converted once to a Hugging Face checkpoint under $$RATCHET_HOME; prints its dir.
 pretrained: setup
 	$(PY) -m training.pretrained fetch smollm2-135m-instruct
+
+# The real-model demo: SmolLM2-135M-Instruct (fetched by `make pretrained`'s step) served as a chat
+# through the openai client, then the scaling, TPO and SOAR workloads on configs/*-smollm.yaml.
+demo-real: setup
+	$(PY) scripts/demo_real.py
 
 # Rebuild the embedded seed models in models/ from their recipes (training/embedded.py). Only
 # when a recipe changes: every rebuild adds megabytes to the repository's history.

@@ -138,17 +138,34 @@ def check_counts(results: Sequence[Sequence[Completion]], n_prompts: int, n: int
             raise RuntimeError(f"{source} returned {len(row)} completions for prompt {i}, asked for n={n}")
 
 
+PREFILL = "prefill"  # key of a final assistant message the model continues (see prefilled)
+
+
+def prefilled(messages: Messages, text: str) -> Messages:
+    """`messages` plus the start of the assistant's answer, which the model continues (a thought
+    marker, a code fence), as transformers' and vLLM's `continue_final_message` do. Explicit,
+    because a client's trailing assistant message is a finished turn, not a prefill."""
+    return [*messages, {"role": "assistant", "content": text, PREFILL: True}]
+
+
+def is_prefilled(prompt: Prompt) -> bool:
+    return isinstance(prompt, list) and bool(prompt) and prompt[-1].get("role") == "assistant" \
+        and bool(prompt[-1].get(PREFILL))
+
+
 def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
     """Prompt text for a model: messages go through the tokenizer's chat template when it has one."""
     if isinstance(prompt, str):
         return prompt
     if not isinstance(prompt, list) or not all(isinstance(m, dict) and "content" in m for m in prompt):
         raise ValueError("a prompt must be a string or a list of {'role', 'content'} messages")
+    prefill = is_prefilled(prompt)
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=not prefill,
+                                             continue_final_message=prefill)
     # No template: a plain role-tagged transcript, so base models still get a usable prompt.
     lines = [f"{m.get('role', 'user')}: {m['content']}" for m in prompt]
-    return "\n".join(lines) + "\nassistant:"
+    return "\n".join(lines) if prefill else "\n".join(lines) + "\nassistant:"
 
 
 def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:

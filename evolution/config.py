@@ -63,7 +63,12 @@ class VerifierConfig:
 @dataclass
 class LearnConfig:
     from_base: bool = True  # each iteration fine-tunes the base model on all data so far (the paper); False: the previous one
-    lora: bool = False  # LoRA adapters (merged into the saved checkpoint) instead of full fine-tuning
+    # LoRA adapters (peft; merged into every published checkpoint) instead of full fine-tuning;
+    # None: LoRA for a pretrained checkpoint, full fine-tuning for ratchet's seed models
+    lora: bool | None = None
+    lora_r: int = 16  # adapter rank
+    lora_alpha: int = 32  # adapter scaling (alpha / r multiplies the update)
+    lora_targets: str = "all-linear"  # modules that get adapters (peft's target_modules; comma-separated names work)
     max_steps: int = 200  # SFT steps per iteration
     learning_rate: float = 1e-3  # SFT learning rate
     batch_size: int = 16  # SFT rows per step

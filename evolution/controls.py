@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 async def measure_sampler(cfg: SoarConfig, store: Store, tasks: Mapping[str, ArcTask],
                           heldout: Mapping[str, ArcTask], sampler: Sampler, verifier: Verifier, *, namespace: str,
                           model_version: str, label: str,
-                          reuse: Mapping[int, Mapping[str, TaskOutcome]] | None = None) -> dict[str, Any]:
+                          reuse: Mapping[int, Mapping[str, TaskOutcome]] | None = None,
+                          examples: Mapping[str, tuple[ArcTask, str]] | None = None) -> dict[str, Any]:
     """One sampler on every seed of controls.seeds, on the demo and the held-out tasks."""
     def on_search(split: str, seed: int, solved: float, hit: float) -> None:
         log.info("%s: %s tasks, seed %d: solved %g, hit rate %.4f", label, split, seed, solved, hit)
@@ -42,7 +43,7 @@ async def measure_sampler(cfg: SoarConfig, store: Store, tasks: Mapping[str, Arc
     m = await measure(cfg.search, sampler=sampler, verifier=verifier,
                       archive_for=lambda split_seed: store.archive(f"{namespace}.{split_seed}"),
                       tasks=tasks, heldout=heldout, seeds=cfg.controls.seeds, model_version=model_version,
-                      filters=cfg.filters, vote_cfg=cfg.vote, reuse=reuse, on_search=on_search)
+                      filters=cfg.filters, vote_cfg=cfg.vote, reuse=reuse, on_search=on_search, examples=examples)
     return m.to_dict()
 
 

@@ -23,13 +23,16 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from common.faults import InfrastructureError
-from common.sampling import Completion, Generate, SamplingParams
+from common.sampling import Completion, Generate, Prompt, SamplingParams
 from evolution.dsl import __all__ as DSL_NAMES
 from evolution.extract import extract_code
 from evolution.filters import FilterConfig, keep_for_refinement, keep_for_voting
 from evolution.programs import PRELUDE, body_regex, colours
 from evolution.prompts import (
+    PromptFormat,
     PromptStyle,
+    as_prompt,
+    one_shot_example,
     program_from_completion,
     refinement_prompt,
     sampling_prompt,
@@ -57,6 +60,7 @@ class SearchConfig:
     max_tokens: int = 1024  # per program
     stop: list[str] = field(default_factory=list)  # extra stop strings
     prompt_style: PromptStyle = "numpy"  # "compact" for the small seed models
+    prompt_format: PromptFormat = "auto"  # chat or text prompts (evolution/prompts.py); the loop resolves auto
     # compact prompts: sample only bodies of the DSL's grammar (SamplingParams.regex), so every
     # program parses and calls each primitive with its number of colour arguments
     constrain: bool = False
@@ -71,6 +75,9 @@ class SearchConfig:
         for name in ("batch", "stop_after_correct", "max_tokens", "pool_size", "tasks_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"search.{name}={getattr(self, name)} must be >= 1")
+        if self.prompt_format == "chat" and self.prompt_style == "compact":
+            raise ValueError("search.prompt_format=chat needs prompt_style=numpy: compact prompts are the seed "
+                             "models' plain-text format (set search.prompt_style=numpy, or prompt_format=text)")
         for name in ("samples_per_task", "refinements_per_task"):
             if getattr(self, name) < 0:
                 raise ValueError(f"search.{name}={getattr(self, name)} must be >= 0")
@@ -106,6 +113,7 @@ class SoarSearch:
         self.vote_cfg = vote_cfg or VoteConfig()
         self.rex = RexConfig(c=cfg.rex_c)
         self.examples = examples or {}
+        self.chat = cfg.prompt_format == "chat"  # "auto" is resolved by the loop against the checkpoint
         self.on_progress = on_progress or (lambda task_id, n: None)
         self.sampler_wait_s = 0.0  # time requests spent in the sampler (summed over tasks)
         if cfg.constrain and cfg.prompt_style != "compact":
@@ -131,10 +139,7 @@ class SoarSearch:
     def _one_shot(self, task: ArcTask) -> tuple[ArcTask, str] | None:
         if not self.cfg.one_shot or self.cfg.prompt_style != "numpy":
             return None
-        others = sorted(k for k in self.examples if k != task.id)
-        # a stable hash, not Python's salted hash(): the same example after a restart
-        pick = int.from_bytes(hashlib.sha256(task.id.encode()).digest()[:8], "little")
-        return self.examples[others[pick % len(others)]] if others else None
+        return one_shot_example(task.id, self.examples)
 
     async def _evaluate(self, task: ArcTask, completions: Sequence[Completion], kind: str,
                         parents: Sequence[Candidate | None], counters: dict[str, int], outcome: TaskOutcome) -> None:
@@ -192,7 +197,7 @@ class SoarSearch:
     def _solved_train(self, outcome: TaskOutcome) -> int:
         return sum(bool(c.train_correct) and all(c.train_correct) for c in outcome.candidates)
 
-    async def _sample(self, task: ArcTask, prompt: str, n: int, salt: int) -> list[Completion]:
+    async def _sample(self, task: ArcTask, prompt: Prompt, n: int, salt: int) -> list[Completion]:
         started = time.perf_counter()
         rows = await self.sampler([prompt], self._params(task, n, salt))
         self.sampler_wait_s += time.perf_counter() - started
@@ -210,7 +215,7 @@ class SoarSearch:
         outcome = TaskOutcome(task.id, mine, sampled, refined, no_code, correct, executions, cache_hits, [], 0)
         self.on_progress(task.id, sampled + refined)
 
-        prompt = sampling_prompt(visible, cfg.prompt_style, self._one_shot(task))
+        prompt = as_prompt(sampling_prompt(visible, cfg.prompt_style, self._one_shot(task)), self.chat)
         while outcome.sampled < cfg.samples_per_task and self._solved_train(outcome) < cfg.stop_after_correct:
             n = min(cfg.batch, cfg.samples_per_task - outcome.sampled)
             completions = await self._sample(task, prompt, n, salt=outcome.sampled)
@@ -229,8 +234,8 @@ class SoarSearch:
                 break  # nothing worth refining: the budget is better left unspent than wasted
             n = min(cfg.batch, cfg.refinements_per_task - outcome.refined)
             parents = choose_parents(pool, n_refined, n, rng, self.rex)
-            prompts = [refinement_prompt(visible, p, cfg.prompt_style, cfg.max_prompt_chars, self._one_shot(task))
-                       for p in parents]
+            prompts = [as_prompt(refinement_prompt(visible, p, cfg.prompt_style, cfg.max_prompt_chars,
+                                                   self._one_shot(task)), self.chat) for p in parents]
             started = time.perf_counter()
             rows = await self.sampler(prompts, self._params(task, 1, salt=10**9 + outcome.refined))
             self.sampler_wait_s += time.perf_counter() - started

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from evolution.filters import FilterConfig, Reason, reasons_to_drop
 from evolution.prompts import (
     PromptStyle,
+    as_completion,
+    as_prompt,
     completion_from_program,
+    one_shot_example,
     refinement_prompt,
     sampling_prompt,
 )
@@ -121,24 +124,33 @@ def select_programs(cands: Sequence[Candidate], cfg: HindsightConfig, rng: rando
     return greedy + diverse + rest[: n - len(greedy) - len(diverse)]  # top up when few are wrong
 
 
+Examples = Mapping[str, tuple[ArcTask, str]]  # task id -> (solved task, its code): one-shot prompts
+
+
 def sampling_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightConfig,
-                  rng: random.Random, style: PromptStyle = "compact") -> list[dict[str, str]]:
+                  rng: random.Random, style: PromptStyle = "compact", *, chat: bool = False,
+                  examples: Examples | None = None) -> list[dict]:
+    """Relabeled tasks' sampling prompts -> their programs, in the form the sampler saw: the same
+    one-shot example as the task's own prompts, the code in the block the prompt asks for, chat
+    messages (TRL's conversational prompt/completion) for a chat model."""
     rows = []
+    example = one_shot_example(task.id, examples) if examples else None
     weights = vote_weights(task, cands) if cfg.vote_weighted else None
     for c in select_programs(cands, cfg, rng, weights):
         for _ in range(cfg.correct_repeat if c.train_accuracy == 1.0 else 1):
             new = relabeled_task(task, c, rng)
             if new is None:
                 break
-            rows.append({"prompt": sampling_prompt(new, style),
-                         "completion": completion_from_program(c.code, style),
+            rows.append({"prompt": as_prompt(sampling_prompt(new, style, example), chat),
+                         "completion": as_completion(completion_from_program(c.code, style), chat),
                          "task_id": task.id, "kind": "sample", "train_accuracy_on_task": c.train_accuracy})
     return rows
 
 
 def refinement_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightConfig,
                     rng: random.Random, style: PromptStyle = "compact", max_prompt_chars: int | None = None,
-                    learnable: set[str] | None = None) -> list[dict[str, str]]:
+                    learnable: set[str] | None = None, *, chat: bool = False,
+                    examples: Examples | None = None) -> list[dict]:
     """Parent prompt -> a better child (cfg.refine_rule), balanced across parent bins. Only
     children in `learnable` (code hashes; None: all) are taught; any parent may be repaired."""
     by_hash = {c.code_hash: c for c in cands}
@@ -160,15 +172,17 @@ def refinement_rows(task: ArcTask, cands: Sequence[Candidate], cfg: HindsightCon
             if q and len(picked) < cfg.refinement_per_task:
                 picked.append(q.pop())
     visible = task.without_answers()
-    return [{"prompt": refinement_prompt(visible, p, style, max_prompt_chars),
-             "completion": completion_from_program(ch.code, style),
+    example = one_shot_example(task.id, examples) if examples else None
+    return [{"prompt": as_prompt(refinement_prompt(visible, p, style, max_prompt_chars, example), chat),
+             "completion": as_completion(completion_from_program(ch.code, style), chat),
              "task_id": task.id, "kind": "refine", "train_accuracy_on_task": ch.train_accuracy}
             for p, ch in picked]
 
 
 def build_rows(tasks: dict[str, ArcTask], cands_by_task: dict[str, list[Candidate]], cfg: HindsightConfig,
                iteration: int, *, style: PromptStyle = "compact", max_prompt_chars: int | None = None,
-               filters: FilterConfig | None = None) -> tuple[list[dict], dict[str, int]]:
+               filters: FilterConfig | None = None, chat: bool = False,
+               examples: Examples | None = None) -> tuple[list[dict], dict[str, int]]:
     """All hindsight rows for the tasks, and counts for the summary. `cands_by_task` holds the
     programs to learn from (the caller applies `cfg.iterations`); `style` and
     `max_prompt_chars` are the search's, so rows look like the prompts the model samples from."""
@@ -180,8 +194,9 @@ def build_rows(tasks: dict[str, ArcTask], cands_by_task: dict[str, list[Candidat
         given = cands_by_task.get(tid, [])
         cands = [c for c in given if not drop & set(reasons_to_drop(c, task, filters))]
         counts["filtered"] += len(given) - len(cands)
-        s = sampling_rows(task, cands, cfg, rng, style)
-        r = refinement_rows(task, given, cfg, rng, style, max_prompt_chars, {c.code_hash for c in cands})
+        s = sampling_rows(task, cands, cfg, rng, style, chat=chat, examples=examples)
+        r = refinement_rows(task, given, cfg, rng, style, max_prompt_chars, {c.code_hash for c in cands},
+                            chat=chat, examples=examples)
         counts["sample_rows"] += len(s)
         counts["refine_rows"] += len(r)
         counts["wrong_program_rows"] += sum(row["train_accuracy_on_task"] < 1.0 for row in s)

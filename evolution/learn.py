@@ -16,11 +16,12 @@ from typing import Any
 from datasets import Dataset
 
 from evolution.config import LearnConfig, SoarConfig
-from evolution.hindsight import build_rows
+from evolution.hindsight import Examples, build_rows
 from evolution.records import Candidate
 from store import Store, keys
 from store.models import ModelVersion
 from training.checkpoints import discard_unpublished, publish
+from training.common import lora_args
 from training.corpora import load_corpus
 from training.sft import SFTJobConfig, train_sft_remote
 from verifiers.arc.grids import ArcTask
@@ -51,8 +52,8 @@ def seed_rows(cfg: SoarConfig, n: int, seed: int, task_ids: list[str]) -> list[d
     return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
 
 
-def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], iteration: int
-                   ) -> tuple[list[dict[str, str]], dict[str, int]]:
+def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], iteration: int,
+                   examples: Examples | None = None) -> tuple[list[dict], dict[str, int]]:
     """Relabeled programs and refinement pairs from the archive, as prompt/completion rows.
 
     With `learn.hindsight.iterations: last`, the programs `iteration`'s search tried, found by
@@ -68,14 +69,15 @@ def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], ite
             seen = archive.marks(keys.search_counter(iteration, "seen", tid))
             cands[tid] = [c for c in cands[tid] if c.code_hash in seen]
     rows, counts = build_rows(tasks, cands, cfg.learn.hindsight, iteration, style=cfg.search.prompt_style,
-                              max_prompt_chars=cfg.search.max_prompt_chars, filters=cfg.filters)
+                              max_prompt_chars=cfg.search.max_prompt_chars, filters=cfg.filters,
+                              chat=cfg.search.prompt_format == "chat", examples=examples)
     return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows], counts
 
 
 async def train_and_publish(learn: LearnConfig, store: Store, *, registry: str, rows: list[dict[str, str]],
                             start: ModelVersion, storage: Path, data_name: str, name: str, steps: int,
                             seed: int, note: str, parent: str | None, metrics: dict[str, Any],
-                            train_args: dict[str, Any] | None = None) -> Trained:
+                            train_args: dict[str, Any] | None = None, base_checkpoint: str = "") -> Trained:
     """rows -> `storage/data/<data_name>` -> SFT from `start` for `steps` ->
     `storage/checkpoints/<name>` -> published in `registry` with `note` (how a restarted job
     finds it again). `train_args`: more SFTJobConfig fields (report_to: common.tracking)."""
@@ -88,7 +90,7 @@ async def train_and_publish(learn: LearnConfig, store: Store, *, registry: str, 
     sft = SFTJobConfig(
         model_path=start.checkpoint, output_dir=str(final.resolve()), max_steps=steps,
         learning_rate=learn.learning_rate, per_device_train_batch_size=learn.batch_size,
-        max_length=learn.max_length, lora=learn.lora, seed=seed,
+        max_length=learn.max_length, seed=seed, **lora_args(learn.lora, learn, base_checkpoint or start.checkpoint),
         # a Ray task's stderr is no terminal: the trainer's numbers come as log lines, not a bar
         disable_tqdm=True, logging_steps=max(1, steps // 5), **(train_args or {}),
     )

@@ -45,8 +45,8 @@ from evolution.report import write_outputs
 from evolution.tasks import load_split, select
 from store import Store
 from store.models import ModelVersion
-from training import embedded
-from training.checkpoints import clean_scratch, publish
+from training import embedded, pretrained
+from training.checkpoints import clean_scratch, is_chat_model, publish
 from training.seed import build_seed_model
 from verifiers.arc.examples import SOLUTIONS
 from verifiers.arc.grids import ArcTask
@@ -100,7 +100,8 @@ def base_model(cfg: SoarConfig, store: Store, task_ids: list[str]) -> ModelVersi
     registry = store.models(cfg.experiment)
     if registry.current() is None:
         if cfg.model.checkpoint:
-            publish(store, cfg.experiment, embedded.verified(cfg.model.checkpoint), parent=None, metrics={},
+            checkpoint = embedded.verified(pretrained.resolve_checkpoint(cfg.model.checkpoint))
+            publish(store, cfg.experiment, checkpoint, parent=None, metrics={},
                     note="base")
         else:
             seed_cfg = replace(cfg.model.seed, corpus_kwargs=seed_corpus_kwargs(cfg, task_ids))
@@ -111,11 +112,25 @@ def base_model(cfg: SoarConfig, store: Store, task_ids: list[str]) -> ModelVersi
     return registry.list()[0]  # iteration 0 always searches with the base
 
 
+def with_prompt_format(cfg: SoarConfig, checkpoint: str) -> SoarConfig:
+    """`cfg` with search.prompt_format "auto" settled by the base checkpoint: chat for a chat model
+    (training.checkpoints.is_chat_model), text for ratchet's seeds and base models."""
+    if cfg.search.prompt_format != "auto":
+        return cfg
+    fmt = "chat" if is_chat_model(checkpoint) else "text"
+    if fmt == "chat" and cfg.search.prompt_style == "compact":
+        raise ValueError(f"{checkpoint} is a chat model, but search.prompt_style=compact is the seed models' "
+                         "plain-text format: set search.prompt_style=numpy (or search.prompt_format=text)")
+    log.info("prompts: %s (search.prompt_format=auto, %s)", fmt, checkpoint)
+    return replace(cfg, search=replace(cfg.search, prompt_format=fmt))
+
+
 class SoarLoop:
     def __init__(self, cfg: SoarConfig, *, store: Store, tasks: dict[str, ArcTask], heldout: dict[str, ArcTask],
                  base: ModelVersion, sampler: Any, verifier: Verifier, run_dir: Path, tracker: Tracker | None = None,
                  extra: dict[str, ArcTask] | None = None):
-        self.cfg, self.store, self.tasks, self.heldout, self.base = cfg, store, tasks, heldout, base
+        self.cfg = with_prompt_format(cfg, base.checkpoint)
+        self.store, self.tasks, self.heldout, self.base = store, tasks, heldout, base
         self.extra = extra or {}  # searched for hindsight data only: never measured, never in the reports' solved
         self.sampler, self.verifier, self.run_dir = sampler, verifier, run_dir
         self.tracker = tracker or Tracker({})  # each iteration's search (and measure) figures
@@ -125,6 +140,7 @@ class SoarLoop:
         clean_scratch(self.storage / "checkpoints")  # a killed training's; the runner's lease makes them ours
         self.results: list[SearchResult] = []
         self.baselines: dict[str, Any] = {}
+        self._examples: dict[str, tuple[ArcTask, str]] | None = None
 
     async def fit(self) -> dict[str, Any]:
         """Every iteration, then the controls; returns summary.json's content."""
@@ -200,8 +216,12 @@ class SoarLoop:
         """Solved examples from other tasks for numpy-style one-shot prompts."""
         if not (self.cfg.search.one_shot and self.cfg.search.prompt_style == "numpy"):
             return {}
-        arc1 = load_split("arc1-train")
-        return {tid: (arc1[tid], code) for tid, code in SOLUTIONS.items() if tid in arc1 and tid not in self.tasks}
+        if self._examples is None:  # searches, measurements and hindsight rows all show these
+            arc1 = load_split("arc1-train")
+            shown_never = {*self.tasks, *self.heldout}  # a held-out task's code in a prompt would leak it
+            self._examples = {tid: (arc1[tid], code) for tid, code in SOLUTIONS.items()
+                              if tid in arc1 and tid not in shown_never}
+        return self._examples
 
     async def learn(self, iteration: int, current: ModelVersion) -> tuple[ModelVersion, dict[str, Any]]:
         """Hindsight data from the archive (+ seed replay) -> SFT -> version "iteration N"."""
@@ -211,7 +231,7 @@ class SoarLoop:
             log.info("%s: reusing %s (trained before a restart)", note, done.version)
             return done, {}
         started = time.time()
-        rows, counts = hindsight_rows(cfg, self.store, self.tasks | self.extra, iteration - 1)
+        rows, counts = hindsight_rows(cfg, self.store, self.tasks | self.extra, iteration - 1, self.examples())
         if not rows:
             log.warning("%s: no hindsight data (no program ran cleanly); keeping %s", note, current.version)
             return current, counts | {"rows": 0}
@@ -226,7 +246,8 @@ class SoarLoop:
                                           name=f"it{iteration}", steps=cfg.learn.max_steps,
                                           seed=iteration - 1, note=note, parent=current.version,
                                           metrics=counts | {"rows": hindsight},
-                                          train_args=training_args(cfg.tracking, self.run_dir, f"it{iteration}"))
+                                          train_args=training_args(cfg.tracking, self.run_dir, f"it{iteration}"),
+                                          base_checkpoint=self.base.checkpoint)  # seeds train fully, others LoRA
         self.store.events(cfg.experiment).emit("published", version=trained.version.version, iteration=iteration)
         return trained.version, counts | {"rows": hindsight, "dataset_s": round(prep_s + trained.dataset_s, 2),
                                           "train_s": trained.train_s}
@@ -244,7 +265,7 @@ class SoarLoop:
         return await measure_sampler(self.cfg, self.store, self.tasks, self.heldout, self.sampler.submit,
                                      self.verifier, namespace=f"{self.cfg.experiment}.eval.{version.version}",
                                      model_version=version.version, label=f"model {version.version}",
-                                     reuse={self.cfg.search.seed: outcomes})
+                                     reuse={self.cfg.search.seed: outcomes}, examples=self.examples())
 
     async def controls(self) -> None:
         """The random-program prior and the seed-only control, as configured."""
@@ -263,7 +284,7 @@ class SoarLoop:
             await self.sampler.load_checkpoint(model.checkpoint, name, model.files)
             measured = await measure_sampler(self.cfg, self.store, self.tasks, self.heldout, self.sampler.submit,
                                              self.verifier, namespace=f"{self.cfg.experiment}.seed-only",
-                                             model_version=name, label=SEED_ONLY_NOTE)
+                                             model_version=name, label=SEED_ONLY_NOTE, examples=self.examples())
             self.baselines["seed_only_control"] = measured | {"steps": extra_steps(self.cfg),
                                                               "checkpoint": model.checkpoint}
             self.report()

@@ -50,7 +50,8 @@ async def measure(cfg: SearchConfig, *, sampler: Sampler, verifier: Verifier,
                   heldout: Mapping[str, ArcTask], seeds: Sequence[int], model_version: str,
                   filters: FilterConfig, vote_cfg: VoteConfig,
                   reuse: Mapping[int, Mapping[str, TaskOutcome]] | None = None,
-                  on_search: Callable[[str, int, float, float], None] | None = None) -> Measurement:
+                  on_search: Callable[[str, int, float, float], None] | None = None,
+                  examples: Mapping[str, tuple[ArcTask, str]] | None = None) -> Measurement:
     """Search every split with every seed; `reuse[seed]` is a demo-task search already done
     with that seed (the iteration's own search), so it is not repeated."""
     reuse = reuse or {}
@@ -66,7 +67,8 @@ async def measure(cfg: SearchConfig, *, sampler: Sampler, verifier: Verifier,
                 with progress(total=budget, desc=f"measure {model_version} {split} seed {seed}", unit="prog") as bar:
                     search = SoarSearch(replace(cfg, seed=seed), sampler=sampler, verifier=verifier,
                                         archive=archive_for(f"{split}.s{seed}"), model_version=model_version,
-                                        filters=filters, vote_cfg=vote_cfg, on_progress=lambda _, n: bar.update(n))
+                                        filters=filters, vote_cfg=vote_cfg, examples=dict(examples or {}),
+                                        on_progress=lambda _, n: bar.update(n))
                     outcomes = await search.run(dict(split_tasks))
             n_solved = solved(split_tasks, outcomes, filters, vote_cfg)
             hit = metrics.hit_rate(dict(outcomes))

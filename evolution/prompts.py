@@ -10,14 +10,20 @@ outputs (capped) and its test outputs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
+from common.sampling import Messages, Prompt
 from evolution.gridtext import colour_set, grid_text, shape
 from evolution.records import Candidate
 from verifiers.arc.grids import ArcTask, Grid
 
 PromptStyle = Literal["numpy", "compact"]
+# "chat": each prompt is one user message (the checkpoint's chat template renders it) and the
+# answer an assistant message; "text": plain prompts the model continues; "auto": chat for a
+# checkpoint with a chat template that is not a ratchet seed (training.checkpoints.is_chat_model).
+PromptFormat = Literal["auto", "chat", "text"]
 COLOURS = "0 black, 1 blue, 2 red, 3 green, 4 yellow, 5 grey, 6 magenta, 7 orange, 8 light blue, 9 maroon"
 # Compact prompts end with the program's fixed first lines, so a small model writes only the
 # body (`    grid = rot90(grid)` ...): shorter to learn and to generate, and every sample starts
@@ -128,10 +134,30 @@ def program_from_completion(text: str, style: PromptStyle) -> str:
 
 
 def completion_from_program(code: str, style: PromptStyle) -> str:
-    """The completion a model should write for `code` after a prompt of this style."""
-    if style == "compact" and code.startswith(CODE_PREFIX):
-        return code[len(CODE_PREFIX):]
-    return code
+    """The completion a model should write for `code` after a prompt of this style: a compact
+    prompt's body, or the one ```python block a numpy-style prompt asks for."""
+    if style == "compact":
+        return code[len(CODE_PREFIX):] if code.startswith(CODE_PREFIX) else code
+    return "```python\n" + code.strip() + "\n```"
+
+
+def as_prompt(text: str, chat: bool) -> Prompt:
+    """A prompt text as the model is asked it: one user message for a chat model."""
+    return [{"role": "user", "content": text}] if chat else text
+
+
+def as_completion(text: str, chat: bool) -> str | Messages:
+    """A training completion in TRL's format: the assistant's message for a chat model."""
+    return [{"role": "assistant", "content": text}] if chat else text
+
+
+def one_shot_example(task_id: str, examples: Mapping[str, tuple[ArcTask, str]]) -> tuple[ArcTask, str] | None:
+    """The solved example a task's numpy-style prompts show: another task's, picked by a stable
+    hash (not Python's salted hash()), so a restart, the measurement and the hindsight rows of
+    the task all show the same one."""
+    others = sorted(k for k in examples if k != task_id)
+    pick = int.from_bytes(hashlib.sha256(task_id.encode()).digest()[:8], "little")
+    return examples[others[pick % len(others)]] if others else None
 
 
 def train_pairs_shown(prompt: str) -> int:
@@ -143,5 +169,5 @@ def render_task(task: ArcTask, style: PromptStyle) -> str:
     return compact_task(task) if style == "compact" else numpy_task(task)
 
 
-__all__: Sequence[str] = ["CODE_PREFIX", "REFINE_CUE", "SAMPLE_CUE", "completion_from_program", "program_from_completion",
+__all__: Sequence[str] = ["CODE_PREFIX", "as_completion", "as_prompt", "one_shot_example", "REFINE_CUE", "SAMPLE_CUE", "completion_from_program", "program_from_completion",
                           "refinement_prompt", "render_task", "sampling_prompt"]

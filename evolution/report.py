@@ -5,13 +5,14 @@ Written after every search, so a run killed later keeps everything measured so f
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import matplotlib
+
+from common.jsonio import dumps, write_json
 
 matplotlib.use("Agg")  # no display on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
@@ -149,14 +150,14 @@ def write_outputs(cfg: SoarConfig, run_dir: Path, tasks: dict[str, ArcTask], res
     with open(run_dir / "metrics.jsonl", "w") as f:
         for r in results:
             for row in r.rows:
-                f.write(json.dumps(row) + "\n")
+                f.write(dumps(row) + "\n")
     summary = {"experiment": cfg.experiment, "iterations": entries}
     if baselines:
         summary["baselines"] = baselines
     comps = comparisons(entries, baselines)
     if comps:
         summary["comparisons"] = comps
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(run_dir / "summary.json", summary)
     plot_curve({f"it{e['iteration']} ({e['model_version']})": [(p["n"], p["solved"], p["oracle"]) for p in e["curve"]]
                 for e in entries}, len(tasks), run_dir / "curve.png", f"{cfg.experiment}: solved vs programs tried")
     measured = any("solved_seeds" in e for e in entries)

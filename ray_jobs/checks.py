@@ -15,13 +15,24 @@ from pathlib import Path
 from typing import Any
 
 from common.config import ConfigError
-from training import embedded
+from training import embedded, pretrained
 
 
 def need_path(field: str, path: str, what: str) -> None:
     """`path` exists (relative paths from the working directory, as the job reads them)."""
     if not Path(path).expanduser().exists():
         raise ConfigError(f"{field}={path!r}: no such {what} (from {Path.cwd()}); give an existing path")
+
+
+def need_checkpoint(field: str, path: str) -> None:
+    """A checkpoint dir, or `pretrained:<name>` of a pinned registry model (fetched when the job starts)."""
+    if path.startswith(pretrained.PREFIX):
+        name = path[len(pretrained.PREFIX):]
+        if name not in pretrained.known():
+            raise ConfigError(f"{field}={path!r}: no pinned model {name!r} in models/pretrained/; "
+                              f"known: {pretrained.known()}")
+        return
+    need_path(field, path, "checkpoint directory")
 
 
 def need_callable(field: str, source: str) -> None:
@@ -44,6 +55,19 @@ def _corpus(field: str, source: str) -> None:
         need_path(field, source, "file")
     else:
         need_callable(field, source)
+
+
+def check_cpus(workload: str, held: dict[str, float], task: str, task_cpus: float, cluster_cpus: float) -> None:
+    """A training task must fit beside the actors that hold their CPUs for the whole run: Ray
+    would otherwise queue it forever, and the job would hang without a word."""
+    need = sum(held.values()) + task_cpus
+    if need > cluster_cpus + 1e-9:
+        parts = ", ".join(f"{name} {cpus:g}" for name, cpus in held.items())
+        raise ConfigError(
+            f"{workload}: the {task} task asks for {task_cpus:g} CPU(s) while the actors hold {parts} for the whole "
+            f"run: {need:g} > the cluster's {cluster_cpus:g} CPUs, so Ray could never schedule it. Lower the "
+            "actors' sampler.num_cpus_per_actor (CPUs are Ray's logical units; fractions work) or the task's "
+            "num_cpus, or run on a larger cluster")
 
 
 # --- SOAR ------------------------------------------------------------------------------------
@@ -88,7 +112,7 @@ def check_soar(cfg: Any) -> None:
         raise ConfigError(f"tasks.extra_ids {overlap} are also in tasks.ids or tasks.heldout_ids: extra tasks "
                           "are searched for hindsight data only; remove them from one list")
     if cfg.model.checkpoint:
-        need_path("model.checkpoint", cfg.model.checkpoint, "checkpoint directory")
+        need_checkpoint("model.checkpoint", cfg.model.checkpoint)
     else:
         _corpus("model.seed.corpus", cfg.model.seed.corpus)
 
@@ -106,7 +130,7 @@ def check_scaling(cfg: Any) -> None:
     if cfg.model == "seed":
         _corpus("seed_model.corpus", cfg.seed_model.corpus)
     elif cfg.sampler.engine != "openai":  # an endpoint's model is a served name, not a path
-        need_path("model", cfg.model, "checkpoint directory")
+        need_checkpoint("model", cfg.model)
 
 
 def scaling_shared_paths(cfg: Any) -> dict[str, str]:
@@ -114,16 +138,17 @@ def scaling_shared_paths(cfg: Any) -> dict[str, str]:
     embedded model (a relative models/<name> with its manifest) travels in `--working-dir .`."""
     if cfg.model == "seed":
         return {"seed_model.cache_dir": cfg.seed_model.cache_dir or ""}
-    if cfg.sampler.engine == "openai" or (not Path(cfg.model).is_absolute() and embedded.is_embedded(cfg.model)):
+    if cfg.sampler.engine == "openai" or cfg.model.startswith(pretrained.PREFIX) or (
+            not Path(cfg.model).is_absolute() and embedded.is_embedded(cfg.model)):  # each node fetches its own
         return {}
     return {"model": cfg.model}
 
 
 # --- TPO --------------------------------------------------------------------------------------
 def check_tpo(cfg: Any) -> None:
-    need_path("model.checkpoint", cfg.model.checkpoint, "checkpoint directory")
+    need_checkpoint("model.checkpoint", cfg.model.checkpoint)
     if cfg.judge.checkpoint:
-        need_path("judge.checkpoint", cfg.judge.checkpoint, "checkpoint directory")
+        need_checkpoint("judge.checkpoint", cfg.judge.checkpoint)
     need_callable("instructions", cfg.instructions)
 
 

@@ -21,7 +21,7 @@ from common.tracking import Tracker
 from ray_jobs import checks, runner
 from search.scaling.config import ScalingConfig
 from search.scaling.experiment import ScalingExperiment, make_generate
-from training import embedded
+from training import embedded, pretrained
 from training.seed import build_seed_model
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ def resolve_model(cfg: ScalingConfig) -> str:
     """The checkpoint to sample from: `seed` builds (or reuses) the offline seed model; an embedded
     model (models/<name> with a manifest) is checked against its file hashes first."""
     if cfg.model != "seed":
-        return embedded.verified(cfg.model)
+        return embedded.verified(pretrained.resolve_checkpoint(cfg.model))
     seed = build_seed_model(cfg.seed_model)  # a bar on a terminal, else a log line per tenth of the steps
     log.info("seed model %s: %s (%s parameters, built in %ss)", "reused" if seed.cached else "built", seed.path,
              f"{seed.info['parameters']:,}", seed.info["build_s"])

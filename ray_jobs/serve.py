@@ -33,7 +33,7 @@ from ray import serve
 
 from common.config import ConfigError, load_config, secret_values
 from common.logs import ray_runtime_env, setup_logging
-from ray_jobs.checks import need_path
+from ray_jobs.checks import need_checkpoint
 from ray_jobs.runner import config_error, config_parser, print_config
 from search.pool import PoolConfig
 from search.serve import ServeSettings, build_serve_app
@@ -45,6 +45,7 @@ from search.serve.guard import (
 )
 from search.serve.limits import ServeLimits
 from search.serve.protocol import ReasoningSplit
+from training import pretrained
 
 APP_NAME = "ratchet"
 PROG = "ratchet serve"
@@ -110,7 +111,8 @@ def settings_from(cfg: ServeConfig, env: dict[str, str] | None = None) -> ServeS
         raise ConfigError(f"host={cfg.host} accepts other machines, and no API key is set: set ${API_KEY_ENV} "
                           f"(or ${API_KEY_FILE_ENV}, api_key_env=VAR, api_key_file=PATH), or allow_no_auth=true")
     pool = replace(cfg.sampler, experiment=cfg.experiment or None)
-    return ServeSettings(pool=pool, checkpoint=cfg.model or None, version=cfg.version or None,
+    checkpoint = pretrained.resolve_checkpoint(cfg.model) if cfg.model else None  # pretrained:<name> fetched once
+    return ServeSettings(pool=pool, checkpoint=checkpoint, version=cfg.version or None,
                          model_name=cfg.model_name or None, api_key=api_key, limits=limits,
                          chat_max_tokens=cfg.chat_max_tokens,
                          reasoning=ReasoningSplit(cfg.thought_marker, cfg.response_marker)
@@ -174,7 +176,7 @@ def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
             print_config(cfg)
             raise SystemExit(0)
         if cfg.model:
-            need_path("model", cfg.model, "checkpoint directory")
+            need_checkpoint("model", cfg.model)
         settings = settings_from(cfg)
     except ConfigError as e:
         config_error(parser, e)

@@ -12,12 +12,12 @@ job replaces this as `make demo` once it exists.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.jsonio import write_json
 from common.tracking import TrackingConfig, training_args
 from ray_jobs import runner
 from training.checkpoints import publish
@@ -89,7 +89,7 @@ async def run(cfg: SftDemoConfig, ctx: runner.JobContext) -> dict:
     summary = {"experiment": cfg.experiment, "base_version": base.version, "new_version": new.version,
                "checkpoint": new.checkpoint, "heldout_accuracy_before": before, "heldout_accuracy_after": after,
                "train": result.metrics, "seed_cached": seed.cached, "wall_s": round(time.time() - started, 1)}
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(run_dir / "summary.json", summary)
     (run_dir / "report.md").write_text(
         f"# {cfg.experiment}\n\nSeed model `{seed.path}` ({base.version}) fine-tuned with TRL SFT "
         f"({cfg.sft_steps} steps) into {new.version}.\n\n| version | held-out accuracy |\n|---|---|\n"

@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import ray
+
 from common.tracking import Tracker
 from evolution.backends import pool_verifier
 from evolution.config import ARC_DSL, SoarConfig
@@ -29,6 +31,9 @@ log = logging.getLogger(__name__)
 
 
 async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
+    checks.check_cpus("soar", {"sampler actors": cfg.sampler.num_actors * cfg.sampler.num_cpus_per_actor,
+                               "verifier actors": cfg.verifier.actors * cfg.verifier.workers_per_actor},
+                      "SFT", cfg.learn.num_cpus if cfg.iterations > 1 else 0.0, ray.cluster_resources().get("CPU", 0))
     tasks, heldout = load_tasks(cfg.tasks)
     extra = extra_tasks(cfg, tasks, heldout)
     base = base_model(cfg, ctx.store, sorted({*tasks, *heldout}))

@@ -21,6 +21,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import ray
+
 from common.tracking import Tracker, training_args
 from ray_jobs import checks, runner
 from search.pool import SamplerPool
@@ -28,7 +30,9 @@ from thinking import report
 from thinking.config import TpoConfig
 from thinking.loop import TpoLoop
 from thinking.state import TpoState
+from training import pretrained
 from training.checkpoints import clean_scratch, discard_unpublished
+from training.common import lora_args
 from training.dpo import DPOJobConfig, train_dpo_remote
 from verifiers.judges import make_judge as build
 
@@ -36,8 +40,9 @@ log = logging.getLogger(__name__)
 
 
 def resolve(path: str) -> str:
-    """Absolute checkpoint path (Ray workers do not run in the driver's directory)."""
-    p = Path(path)
+    """Absolute checkpoint path (Ray workers do not run in the driver's directory); a
+    `pretrained:<name>` is fetched (once) and converted."""
+    p = Path(pretrained.resolve_checkpoint(path))
     return str(p.resolve()) if p.exists() else path
 
 
@@ -62,25 +67,31 @@ def dpo_loss(sft_weight: float) -> dict[str, Any]:
     return {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, sft_weight]} if sft_weight else {}
 
 
-def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path):
+def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path, seed_checkpoint: str):
     async def train(rows: list[dict[str, Any]], start, arm: str, iteration: int) -> tuple[str, dict[str, Any]]:
         t = cfg.train
         out = storage / "checkpoints" / f"{arm}-it{iteration + 1}"
         discard_unpublished(out, models.list())  # a run killed before publishing it; never a published one
         # a Ray task's stderr is no terminal: the trainer's numbers come as log lines, not a bar
         job = DPOJobConfig(model_path=start.checkpoint, output_dir=str(out.resolve()),
-                           max_steps=t.max_steps, learning_rate=t.learning_rate, beta=t.beta, lora=t.lora,
+                           max_steps=t.max_steps, learning_rate=t.learning_rate, beta=t.beta,
+                           **lora_args(t.lora, t, seed_checkpoint),
                            per_device_train_batch_size=t.batch_size, max_length=t.max_length,
                            disable_tqdm=True, logging_steps=max(1, t.max_steps // 5), seed=iteration,
                            completion_eos=not cfg.pairs.divergence_words,  # windows stop mid-thought
                            **dpo_loss(t.sft_weight),
                            **training_args(cfg.tracking, run_dir, out.name))
-        result = await train_dpo_remote(job, rows)
+        result = await train_dpo_remote(job, rows, num_cpus=t.num_cpus)
         return result.checkpoint, result.metrics | {"rows": len(rows)}
     return train
 
 
 async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
+    held = {"sampler actors": cfg.sampler.num_actors * cfg.sampler.num_cpus_per_actor}
+    if cfg.judge.kind == "pairwise" and cfg.judge.engine == "pool":
+        held["the judge's actor"] = cfg.sampler.num_cpus_per_actor
+    checks.check_cpus("tpo", held, "DPO", cfg.train.num_cpus if cfg.iterations else 0.0,
+                      ray.cluster_resources().get("CPU", 0))
     models = ctx.store.models(cfg.experiment)
     seed = resolve(cfg.model.checkpoint)
     pool = SamplerPool(replace(cfg.sampler, experiment=cfg.experiment), checkpoint=seed)
@@ -94,7 +105,7 @@ async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
         await pool.ready()
         state = TpoState(ctx.store.client, cfg.experiment, ctx.store.fence_for(cfg.experiment))  # fenced writes
         loop = TpoLoop(cfg, state=state, models=models, sampler=pool, judge=judge,
-                       train=dpo_trainer(cfg, storage, models, ctx.run_dir), seed_checkpoint=seed, tracker=tracker)
+                       train=dpo_trainer(cfg, storage, models, ctx.run_dir, seed), seed_checkpoint=seed, tracker=tracker)
         summary = await loop.run()
     finally:
         tracker.close()

@@ -12,7 +12,7 @@ from typing import Any
 
 from common.config import is_secret_key
 from common.secrets import literal_secrets
-from search.engines import engine_class
+from search.engines import check_engine_kwargs, engine_class
 
 
 @dataclass
@@ -37,6 +37,7 @@ class PoolConfig:
 
     def __post_init__(self):
         engine_class(self.engine)  # raises on an unknown name, listing the known ones
+        check_engine_kwargs(self.engine, self.engine_kwargs)  # an actor given a wrong one crash-loops
         for name in ("num_actors", "max_inflight_per_actor", "prompts_per_request"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PoolConfig.{name}={getattr(self, name)} must be >= 1")

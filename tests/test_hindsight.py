@@ -192,3 +192,34 @@ def test_hindsight_rows_do_not_depend_on_the_archives_order(store, experiment_na
     monkeypatch.setattr(CandidateArchive, "get_task", lambda self, *a, **kw: in_order(self, *a, **kw)[::-1])
     again, _ = hindsight_rows(cfg, store, {task.id: task}, iteration=0)
     assert rows and rows == again
+
+
+def test_chat_rows_are_what_the_sampler_was_shown_in_trls_conversational_form(task, cands):
+    """A chat model's hindsight rows: the user message holds the relabeled task's numpy-style prompt
+    with the task's one-shot example (as its search prompts show), the assistant message the one
+    ```python block that prompt asks for; the prompt of a row is what SoarSearch would send."""
+    from evolution.extract import extract_code
+    from evolution.prompts import as_prompt, one_shot_example, sampling_prompt
+
+    arc1 = load_split("arc1-train")
+    examples = {"6150a2bd": (arc1["6150a2bd"], "def transform(grid):\n    return grid[::-1]\n"),
+                "67a3c6ac": (arc1["67a3c6ac"], "def transform(grid):\n    return [r[::-1] for r in grid]\n")}
+    rows, _ = build_rows({task.id: task}, {task.id: cands}, HindsightConfig(per_task=4), 0, style="numpy",
+                         chat=True, examples=examples)
+    assert rows
+    example = one_shot_example(task.id, examples)
+    for row in rows:
+        (user,), (assistant,) = row["prompt"], row["completion"]
+        assert user["role"] == "user" and assistant["role"] == "assistant"
+        assert "# Solved example puzzle" in user["content"] and example[1].strip() in user["content"]
+        assert assistant["content"].startswith("```python\n") and assistant["content"].endswith("\n```")
+        assert extract_code(assistant["content"]).strip() in {c.code.strip() for c in cands}
+    # the search's own prompt for the task has exactly this shape
+    searched = as_prompt(sampling_prompt(task.without_answers(), "numpy", example), chat=True)
+    assert searched[0]["content"].split("# Puzzle to solve")[0] == rows[0]["prompt"][0]["content"].split("# Puzzle to solve")[0]
+
+
+def test_text_rows_of_numpy_prompts_answer_in_the_code_block_they_ask_for(task, cands):
+    rows, _ = build_rows({task.id: task}, {task.id: cands}, HindsightConfig(per_task=2), 0, style="numpy")
+    assert rows and all(isinstance(r["prompt"], str) and r["completion"].startswith("```python\n") for r in rows)
+    assert all("one ```python block" in r["prompt"] for r in rows)

@@ -148,3 +148,32 @@ def test_a_tasks_prompts_start_with_the_task_so_the_prefix_cache_shares_it(task,
     assert grids in common and not any(p.code.strip() in common for p in parents)
     if style == "compact":
         assert sampling_prompt(visible, style).startswith(grids) and common.startswith(grids)
+
+
+def test_prompt_format_auto_is_chat_for_chat_models_and_text_for_seeds(tmp_path):
+    from common.config import load_config
+    from evolution.config import SoarConfig
+    from evolution.loop import with_prompt_format
+
+    chat = tmp_path / "chat-model"
+    chat.mkdir()
+    (chat / "chat_template.jinja").write_text("{{ messages }}")
+    numpy = load_config(None, SoarConfig, ["search.prompt_style=numpy"])
+    assert with_prompt_format(numpy, str(chat)).search.prompt_format == "chat"
+    assert with_prompt_format(numpy, "models/soar-demo-seed").search.prompt_format == "text"  # a seed: plain text
+    explicit = load_config(None, SoarConfig, ["search.prompt_style=numpy", "search.prompt_format=text"])
+    assert with_prompt_format(explicit, str(chat)).search.prompt_format == "text"
+    compact = load_config(None, SoarConfig, ["search.prompt_style=compact"])
+    with pytest.raises(ValueError, match="is a chat model, but search.prompt_style=compact"):
+        with_prompt_format(compact, str(chat))
+    with pytest.raises(ValueError, match="prompt_format=chat needs prompt_style=numpy"):
+        load_config(None, SoarConfig, ["search.prompt_style=compact", "search.prompt_format=chat"])
+
+
+def test_one_shot_example_is_stable_and_never_the_task_itself():
+    from evolution.prompts import one_shot_example
+
+    examples = {k: (k, f"code {k}") for k in ("a", "b", "c")}
+    assert one_shot_example("a", examples) == one_shot_example("a", dict(reversed(examples.items())))
+    assert all(one_shot_example(t, examples)[0] != t for t in examples)
+    assert one_shot_example("a", {"a": ("a", "x")}) is None

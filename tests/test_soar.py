@@ -220,3 +220,26 @@ def test_a_search_resumed_mid_refinement_draws_what_an_uninterrupted_one_draws(s
     asyncio.run(resumed.run({tid: tasks[tid]}))
     assert store.archive(experiment_name).counters([f"it0:refined:{tid}"]) == [12]
     assert drawn(experiment_name) == drawn(f"{experiment_name}-whole")
+
+
+def test_a_chat_search_sends_user_messages_and_reads_the_fenced_answer(store, experiment_name, executor, tasks):
+    """prompt_format=chat: every sampling and refinement prompt is one user message (the engine's
+    chat template renders it), and the program comes out of the ```python block of the answer."""
+    from common.sampling import Completion
+
+    seen: list = []
+    answer = "Here it is.\n```python\ndef transform(grid):\n    return [row[::-1] for row in grid[::-1]]\n```\n"
+
+    async def canned(prompts, params):
+        seen.extend(prompts)
+        return [[Completion(answer, "stop", 10, 20, "v0") for _ in range(params.n)] for _ in prompts]
+
+    cfg = search_cfg(prompt_style="numpy", prompt_format="chat", samples_per_task=4, refinements_per_task=2)
+    search = SoarSearch(cfg, sampler=canned, verifier=local_verifier(executor), archive=store.archive(experiment_name),
+                        model_version="v0")
+    outcomes = asyncio.run(search.run({"3c9b0459": tasks["3c9b0459"]}))
+    assert seen and all(isinstance(p, list) and len(p) == 1 and p[0]["role"] == "user" for p in seen)
+    assert "Write a Python function `transform(grid)`" in seen[0][0]["content"]
+    (cand,) = outcomes["3c9b0459"].candidates
+    assert cand.code.startswith("def transform(grid):") and cand.train_accuracy == 1.0  # rot180 solves 3c9b0459
+    assert outcomes["3c9b0459"].no_code == 0

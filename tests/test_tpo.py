@@ -32,7 +32,7 @@ def test_thought_prompts_name_both_markers(kind, style):
 
 
 def test_parser_splits_thought_from_response():
-    tp = ThoughtPrompt(ThoughtPromptConfig(style="chat"))
+    tp = ThoughtPrompt(ThoughtPromptConfig(style="chat", prefill_thought_marker=False))
     out = tp.parse("Here is my thought process: 2+2 is 4.\nHere is my response: Four.")
     assert (out.ok, out.thought, out.response) == (True, "2+2 is 4.", "Four.")
 
@@ -44,7 +44,7 @@ def test_parser_splits_thought_from_response():
     ("Here is my thought process: a Here is my response: b Here is my response: c", "more than one"),
 ])
 def test_parser_marks_unparsable_instead_of_guessing(text, reason):
-    out = ThoughtPrompt(ThoughtPromptConfig(style="chat")).parse(text)
+    out = ThoughtPrompt(ThoughtPromptConfig(style="chat", prefill_thought_marker=False)).parse(text)
     assert not out.ok and out.response == "" and reason in out.error
 
 
@@ -53,6 +53,26 @@ def test_plain_prompt_prefills_the_thought_marker():
     assert tp.build("3+4").endswith("Work:")
     out = tp.parse(" 3+4=7. So: 7")
     assert (out.ok, out.thought, out.response) == (True, "3+4=7.", "7")
+
+
+def test_chat_prompt_prefills_the_thought_marker_and_dpo_rows_carry_it():
+    """A chat model is asked in a user message and its answer starts with the thought marker (an
+    assistant message it continues); the DPO rows are TRL's conversational ones with the marker
+    back at the start of each assistant message, the tokens the model was sampled at."""
+    from common.sampling import is_prefilled
+    from thinking.pairs import trl_rows
+
+    tp = ThoughtPrompt(ThoughtPromptConfig(style="chat"))
+    prompt = tp.build("3+4")
+    assert prompt[0]["role"] == "user" and is_prefilled(prompt)
+    assert prompt[-1]["content"] == "Here is my thought process:"
+    out = tp.parse(" 3+4=7.\nHere is my response: 7")
+    assert (out.ok, out.thought, out.response) == (True, "3+4=7.", "7")
+    (row,) = trl_rows([{"prompt": prompt, "chosen": " 3+4=7. Here is my response: 7",
+                        "rejected": " no. Here is my response: 8"}])
+    assert row["prompt"] == [prompt[0]]
+    assert row["chosen"] == [{"role": "assistant", "content": "Here is my thought process: 3+4=7. Here is my response: 7"}]
+    assert row["rejected"][0]["content"].startswith("Here is my thought process: no.")
 
 
 def test_direct_prompt_whole_completion_is_the_response():
@@ -316,9 +336,10 @@ def test_restart_with_another_seed_is_refused(store, experiment_name):
         other.seed_version()
 
 
-def test_pairs_that_windows_drop_publish_the_start_model_untrained(store, experiment_name):
-    """With pairs.divergence_words, pairs whose windows come out equal are dropped; when none
-    is left the round publishes its start model instead of training on an empty dataset."""
+def test_a_round_without_rows_fails_loudly_and_publishes_nothing(store, experiment_name):
+    """With pairs.divergence_words, pairs whose windows come out equal are dropped; when none is
+    left the round fails with what it counted, and never publishes the untouched start model as
+    'thought iteration 1' (which the old code did, then measured it as trained)."""
     from dataclasses import replace
 
     cfg = tiny_cfg(experiment_name)
@@ -327,5 +348,58 @@ def test_pairs_that_windows_drop_publish_the_start_model_untrained(store, experi
     loop = make_loop(cfg, store, StubSampler(), RecordingJudge(), trained)
     start = store.models(cfg.experiment).publish("/ckpt/seed", note="seed")
     pairs = [{"prompt": "Q: 1+1\nWork:", "chosen": " a b", "rejected": " a b ", "instruction_id": "i0", "kind": "scored"}]
-    version = asyncio.run(loop.train_and_publish("thought", 0, pairs, start, {"pairs": 1}))
-    assert trained == [] and version.checkpoint == "/ckpt/seed" and version.metrics == {"pairs": 0}
+    with pytest.raises(RuntimeError, match=r"\[thought it0\] no DPO rows: 1 pairs.*divergence_words"):
+        asyncio.run(loop.train_and_publish("thought", 0, pairs, start, {"pairs": 1}))
+    assert trained == [] and [m.note for m in store.models(cfg.experiment).list()] == ["seed"]
+    with pytest.raises(RuntimeError, match="no DPO rows: 0 pairs"):
+        asyncio.run(loop.train_and_publish("thought", 0, [], start, {"pairs": 0, "ties": 6}))
+
+
+class HeadToHeadJudge:
+    """A comparative judge (as the pairwise one): within a group, a right response beats a wrong
+    one; a lone response scores 0, as Bradley-Terry over one item does."""
+
+    name = "head-to-head"
+    comparative = True
+
+    def __init__(self):
+        self.groups: list[int] = []
+
+    async def score(self, items):
+        sizes: dict[str, int] = {}
+        for i in items:
+            sizes[i.group] = sizes.get(i.group, 0) + 1
+        self.groups += list(sizes.values())
+        return [Verdict.of(0.0 if sizes[i.group] == 1 else (1.0 if i.response.strip() == i.reference else -1.0))
+                for i in items]
+
+
+def test_a_comparative_judge_measures_by_head_to_head_win_rates(store, experiment_name):
+    """The pairwise judge scored each held-out response alone (score 0 for every one), so both win
+    rates were 0.5 and the score 0 in every run, whatever the model did; and the report had an
+    accuracy column it could not fill. Now each response is judged beside the seed's and the
+    direct arm's for the same instruction and seed."""
+    cfg, sampler, judge, trained = tiny_cfg(experiment_name), StubSampler(), HeadToHeadJudge(), []
+    summary = asyncio.run(make_loop(cfg, store, sampler, judge, trained).run())
+    assert 2 in judge.groups  # pairs judged together
+    for e in summary["iterations"] + summary["baselines"]["direct"]:
+        assert e["score"] is None and e["accuracy"] is None  # what a comparative judge cannot give
+    assert len(summary["iterations"][0]["win_rate_vs_seed_seeds"]) == 2  # judged head to head per seed
+    assert summary["baselines"]["direct"][0]["win_rate_vs_seed"] == 0.5  # the seed against itself: all ties
+    assert "win_rate_vs_direct" in summary["iterations"][1]
+
+
+def test_head_to_head_win_rates_move_with_the_responses(store, experiment_name):
+    cfg = tiny_cfg(experiment_name)
+    loop = make_loop(cfg, store, StubSampler(), HeadToHeadJudge(), [])
+    heldout = [{"id": f"i{k}", "instruction": f"{k}+1", "reference": str(k + 1)} for k in range(4)]
+
+    def samples(answers):
+        return [Sample(completion=a, thought="", response=a, parsed=True) for a in answers]
+
+    right, wrong = samples(["1", "2", "3", "4"]), samples(["0", "0", "0", "0"])
+    half = samples(["1", "2", "0", "0"])
+    run = lambda key, a, b: asyncio.run(loop.head_to_head(key, heldout, a, b))  # noqa: E731
+    assert run(("c", "1"), right, wrong) == 1.0 and run(("c", "2"), wrong, right) == 0.0
+    assert run(("c", "3"), half, wrong) == 0.75 and run(("c", "4"), right, right) == 0.5
+    assert run(("c", "1"), wrong, right) == 1.0  # stored: a restart reuses the verdicts under its key

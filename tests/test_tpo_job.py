@@ -75,3 +75,36 @@ def test_tpo_through_ray_job_submit(tmp_path, redis_server):
         assert "succeeded" in job.stdout.lower()
         summary = json.loads((tmp_path / "tpo-submit-test" / "summary.json").read_text())
         assert len(summary["iterations"]) == 2
+
+
+def test_a_dpo_task_that_could_never_be_scheduled_is_refused_with_the_numbers(ray_local, store, tmp_path,
+                                                                             experiment_name):
+    """A sampler and a pool judge at 1 CPU each on a 2-CPU Ray leave nothing for the DPO task: the
+    old job started anyway and hung forever at its first training, silently."""
+    from common.config import ConfigError
+
+    cfg = load_config("configs/tpo-demo.yaml", TpoConfig, overrides(tmp_path, experiment_name) + [
+        "judge.kind=pairwise", "judge.checkpoint=models/tpo-arith-seed", "sampler.num_cpus_per_actor=1"])
+    with pytest.raises(ConfigError, match=r"DPO task asks for 1 CPU\(s\) while the actors hold sampler actors 1, "
+                                          r"the judge's actor 1 for the whole run: 3 > the cluster's 2 CPUs"):
+        runner.execute(JOB, cfg, store)
+    assert not store.models(experiment_name).list()  # refused before anything started
+
+
+def test_train_num_cpus_is_what_the_dpo_task_asks_ray_for(monkeypatch):
+    """It was never used: the DPO task always asked for 1 CPU."""
+    import training.dpo as dpo
+
+    asked: dict = {}
+
+    class Remote:
+        def options(self, **kw):
+            asked.update(kw)
+            return self
+
+        def remote(self, *args):
+            return "ref"
+
+    monkeypatch.setattr(dpo.ray, "remote", lambda fn: Remote())
+    monkeypatch.setattr(dpo, "gpu_options", lambda: {"num_gpus": 0})
+    assert dpo.train_dpo_remote(None, [], num_cpus=0.25) == "ref" and asked["num_cpus"] == 0.25

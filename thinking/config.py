@@ -60,11 +60,16 @@ class TrainConfig:
     learning_rate: float = 5e-5  # DPO learning rate
     batch_size: int = 16  # pairs per step
     max_length: int = 256  # prompt + completion tokens
-    lora: bool = False  # LoRA adapters (merged on save) instead of full fine-tuning
+    # LoRA adapters (peft; merged into every published checkpoint) instead of full fine-tuning;
+    # None: LoRA for a pretrained checkpoint, full fine-tuning for ratchet's seed models
+    lora: bool | None = None
+    lora_r: int = 16  # adapter rank
+    lora_alpha: int = 32  # adapter scaling (alpha / r multiplies the update)
+    lora_targets: str = "all-linear"  # modules that get adapters (peft's target_modules; comma-separated names work)
     # weight of a negative log-likelihood term on the chosen response (TRL loss_type ["sigmoid", "sft"],
     # as Iterative RPO adds); 0: plain DPO, as the paper trains
     sft_weight: float = 0.0
-    num_cpus: int = 1  # CPUs of the training Ray task (a GPU is used when the cluster has one)
+    num_cpus: float = 1.0  # Ray CPUs reserved for the DPO task (a GPU is used when the cluster has one)
 
     def __post_init__(self):
         if self.sft_weight < 0:

@@ -71,6 +71,7 @@ class TpoLoop:
         self.progress = progress
         self.loaded: str | None = None
         self.seed_checkpoint = seed_checkpoint or cfg.model.checkpoint
+        self.comparative = getattr(judge, "comparative", False)  # scores mean something only within a group
 
     def bar(self, total: int, desc: str, initial: int = 0, unit: str = "ins"):
         return progress(total=total, initial=initial, desc=desc, unit=unit, disable=not self.progress)
@@ -178,8 +179,13 @@ class TpoLoop:
         if found is not None:  # trained before a restart
             return found
         rows = trl_rows(pairs, self.cfg.pairs.divergence_words)  # windows may drop pairs that do not differ
-        if not rows:
-            return self.models.publish(start.checkpoint, parent=start.version, metrics={"pairs": 0}, note=note)
+        if not rows:  # never publish the untouched start model under a trained version's name
+            raise RuntimeError(
+                f"[{arm} it{iteration}] no DPO rows: {counts.get('pairs', len(pairs))} pairs, "
+                f"{counts.get('ties', 0)} tied groups, {counts.get('unparsable_candidates', 0)} unparsable outputs"
+                f"{' (pairs.divergence_words dropped pairs whose windows do not differ)' if pairs else ''}; "
+                "nothing to train on. Check that the model writes both markers (prompt.style, "
+                "prompt.prefill_thought_marker), raise sample.k or sample.temperature, or change the judge")
         checkpoint, metrics = await self.train_fn(rows, start, arm, iteration)
         return self.models.publish(checkpoint, parent=start.version, metrics=metrics | counts, note=note)
 
@@ -203,6 +209,40 @@ class TpoLoop:
         bar.close()
         return out
 
+    async def head_to_head(self, key: tuple[str, ...], heldout: list[dict[str, str]], mine: list[Sample],
+                           theirs: list[Sample]) -> float:
+        """A comparative judge's win rate of `mine` over `theirs`, instruction by instruction: each
+        pair is judged together (a tie counts half); stored under `key`, so a restart reuses it."""
+        done = self.state.get_rows(*key)
+        if len(done) < len(heldout):
+            items = [JudgeItem(instruction=ins["instruction"], response=s.response, reference=ins.get("reference"),
+                               group=ins["id"]) for ins, a, b in zip(heldout, mine, theirs, strict=True) for s in (a, b)]
+            verdicts = await self.judge_fn(items)
+            done = {}
+            for k, ins in enumerate(heldout):
+                a, b = verdicts[2 * k].score, verdicts[2 * k + 1].score
+                a, b = (float("-inf") if x is None else x for x in (a, b))  # a failed verdict loses
+                done[ins["id"]] = 1.0 if a > b else 0.5 if a == b else 0.0
+            self.state.put_rows(done, *key)
+        return sum(done[i["id"]] for i in heldout) / len(heldout)
+
+    async def comparisons(self, arm: str, it: int, heldout: list[dict[str, str]],
+                          measured: dict[tuple[str, int], dict[int, list[Sample]]],
+                          reference: dict[int, list[Sample]]) -> dict[str, dict[int, float]] | None:
+        """Win rates against the seed answering directly and against the direct arm, judged head to
+        head (comparative judges only; absolute ones compare their stored scores in the report)."""
+        if not self.comparative:
+            return None
+        version = self.version_at(arm, it).version
+        wins: dict[str, dict[int, float]] = {"win_rate_vs_seed": {}}
+        for seed, mine in measured[(arm, it)].items():
+            wins["win_rate_vs_seed"][seed] = await self.head_to_head(
+                ("compare", arm, version, "seed", f"seed{seed}"), heldout, mine, reference[seed])
+            if arm == "thought" and ("direct", it) in measured:
+                wins.setdefault("win_rate_vs_direct", {})[seed] = await self.head_to_head(
+                    ("compare", arm, version, "direct", f"seed{seed}"), heldout, mine, measured[("direct", it)][seed])
+        return wins
+
     # -- the loop ---------------------------------------------------------------------------
     async def run(self) -> dict[str, Any]:
         from thinking.report import iteration_entry
@@ -222,9 +262,11 @@ class TpoLoop:
                 info.setdefault((arm, it), {})["measure_s"] = round(time.time() - started, 2)
                 info[(arm, it)]["model_version"] = version.version
             for arm in self.arms:
+                wins = await self.comparisons(arm, it, heldout, measured, reference)
                 entries[arm].append(iteration_entry(
                     it, info[(arm, it)], measured[(arm, it)], reference,
-                    measured.get(("direct", it)) if arm == "thought" and cfg.baseline else None))
+                    measured.get(("direct", it)) if arm == "thought" and cfg.baseline else None,
+                    wins=wins, absolute=not self.comparative))
                 e = entries[arm][-1]
                 log.info("[%s it%d] %s: score %s, win rate vs seed %.3f, unparsable %.3f", arm, it,
                          e["model_version"], e["score"], e["win_rate_vs_seed"], e["unparsable_rate"])

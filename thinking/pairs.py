@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from common.sampling import is_prefilled
+
 
 @dataclass
 class PairsConfig:
@@ -182,8 +184,13 @@ def trl_rows(pairs: list[dict[str, Any]], divergence_words: int = 0) -> list[dic
             if cut is not None:
                 out.append(dict(zip(("prompt", "chosen", "rejected"), cut, strict=True)))
         elif isinstance(p["prompt"], list):
-            out.append({"prompt": p["prompt"], "chosen": [{"role": "assistant", "content": p["chosen"]}],
-                        "rejected": [{"role": "assistant", "content": p["rejected"]}]})
+            # TRL's conversational rows: a prefilled start of the answer (the thought marker) goes
+            # back into each assistant message, whose tokens are the ones the model was sampled at
+            messages, start = p["prompt"], ""
+            if is_prefilled(messages):
+                messages, start = messages[:-1], messages[-1]["content"]
+            out.append({"prompt": messages, "chosen": [{"role": "assistant", "content": start + p["chosen"]}],
+                        "rejected": [{"role": "assistant", "content": start + p["rejected"]}]})
         else:
             out.append({"prompt": p["prompt"], "chosen": p["chosen"], "rejected": p["rejected"]})
     return out

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from common.sampling import Prompt
+from common.sampling import Prompt, prefilled
 
 GENERIC = (
     "Respond to the following user query in a comprehensive and detailed way. You can write down your "
@@ -40,7 +40,9 @@ class ThoughtPromptConfig:
     thought_marker: str = "Here is my thought process:"  # the thought follows this
     response_marker: str = "Here is my response:"  # the response follows this
     style: Literal["plain", "chat"] = "plain"  # plain text, or one user message (the chat template renders it)
-    prefill_thought_marker: bool = True  # plain style: the prompt ends with the thought marker
+    # the answer starts with the thought marker, written for the model (plain: the prompt's end;
+    # chat: the assistant message the model continues): a model that never writes it yields nothing
+    prefill_thought_marker: bool = True
 
     def __post_init__(self):
         if not self.thought_marker.strip() or not self.response_marker.strip():
@@ -84,12 +86,13 @@ class ThoughtPrompt:
         body = c.text().format(instruction=instruction, thought_marker=c.thought_marker,
                                response_marker=c.response_marker)
         if c.style == "chat":
-            return [{"role": "user", "content": body}]
+            messages = [{"role": "user", "content": body}]
+            return prefilled(messages, c.thought_marker) if c.prefill_thought_marker else messages
         return body + "\n" + (c.thought_marker if c.prefill_thought_marker else "")
 
     def completion_text(self, text: str) -> str:
-        """The full output as the parser sees it (plain prompts ending in the thought marker)."""
-        if self.cfg.style == "plain" and self.cfg.prefill_thought_marker:
+        """The full output as the parser sees it (prompts ending in the thought marker)."""
+        if self.cfg.prefill_thought_marker:
             return self.cfg.thought_marker + text
         return text
 

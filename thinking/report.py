@@ -14,12 +14,12 @@ summary.json (the contract):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from common.jsonio import write_json
 from thinking.pairs import Sample
 
 PER_SEED = ("score", "win_rate_vs_seed", "win_rate_vs_direct", "accuracy", "thought_len", "response_len",
@@ -37,8 +37,15 @@ def win_rate(mine: list[Sample], theirs: list[Sample]) -> float:
 
 
 def seed_figures(samples: list[Sample], reference: list[Sample], direct: list[Sample] | None,
-                 binary: bool) -> dict[str, float | None]:
+                 binary: bool, absolute: bool = True) -> dict[str, float | None]:
+    """One sampling seed's figures. `absolute`: the judge's scores compare across calls (a
+    comparative judge's do not: its score, accuracy and score-based win rates are left out)."""
     scores = [s.score for s in samples if s.score is not None]
+    if not absolute:
+        return {"score": None, "win_rate_vs_seed": None, "win_rate_vs_direct": None, "accuracy": None,
+                "thought_len": float(np.mean([len(s.thought) for s in samples])),
+                "response_len": float(np.mean([len(s.response) for s in samples])),
+                "unparsable_rate": float(np.mean([not s.parsed for s in samples]))}
     return {
         "score": float(np.mean(scores)) if scores else None,
         "win_rate_vs_seed": win_rate(samples, reference),
@@ -51,10 +58,16 @@ def seed_figures(samples: list[Sample], reference: list[Sample], direct: list[Sa
 
 
 def iteration_entry(iteration: int, info: dict[str, Any], measured: dict[int, list[Sample]],
-                    reference: dict[int, list[Sample]], direct: dict[int, list[Sample]] | None) -> dict[str, Any]:
+                    reference: dict[int, list[Sample]], direct: dict[int, list[Sample]] | None, *,
+                    wins: dict[str, dict[int, float]] | None = None, absolute: bool = True) -> dict[str, Any]:
+    """`wins`: win rates judged head to head per seed (a comparative judge's), used instead of
+    comparing scores; `absolute=False` leaves out what such a judge cannot fill (score, accuracy)."""
     binary = all(s.score in (0.0, 1.0, None) for v in measured.values() for s in v)
-    per_seed = {seed: seed_figures(samples, reference[seed], direct[seed] if direct else None, binary)
+    per_seed = {seed: seed_figures(samples, reference[seed], direct[seed] if direct else None, binary, absolute)
                 for seed, samples in measured.items()}
+    for name, by_seed in (wins or {}).items():
+        for seed, value in by_seed.items():
+            per_seed[seed][name] = value
     entry: dict[str, Any] = {"iteration": iteration, "model_version": info.get("model_version")}
     for name in PER_SEED:
         values = [f[name] for f in per_seed.values()]
@@ -101,11 +114,14 @@ def plot(summary: dict[str, Any], path: Path, metric: str) -> None:
 
 
 def write(run_dir: Path, summary: dict[str, Any]) -> None:
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_json(run_dir / "summary.json", summary)
     metric = "win_rate_vs_seed"
     plot(summary, run_dir / "iterations.png", metric)
     cols = ["iteration", "model_version", "score", "win_rate_vs_seed", "win_rate_vs_direct", "accuracy",
             "thought_len", "response_len", "unparsable_rate", "rho", "pairs", "wall_s"]
+    every = summary["iterations"] + summary["baselines"].get("direct", [])
+    keep = ("iteration", "model_version")  # no column that no entry fills (a pairwise judge has no accuracy)
+    cols = [c for c in cols if c in keep or any(e.get(c) is not None for e in every)]
     out = [f"# {summary.get('experiment', 'tpo')}: thought preference optimization\n",
            f"Judge: {summary.get('judge')}. Held-out instructions: {summary.get('heldout')}; "
            f"figures are means over sampling seeds {summary.get('seeds')} (per-seed values in summary.json).\n"]

@@ -41,6 +41,26 @@ class CheckpointExists(CheckpointError):
     """The final directory already exists: a published checkpoint is never replaced."""
 
 
+SEED_INFO = "ratchet_seed.json"  # written by training.seed: the model learnt plain text, not chat turns
+
+
+def is_seed_model(path: str | os.PathLike[str]) -> bool:
+    """One of ratchet's seed models (training.seed), which train fully; pretrained ones take LoRA."""
+    return (Path(path) / SEED_INFO).exists()
+
+
+def is_chat_model(path: str | os.PathLike[str]) -> bool:
+    """Whether a checkpoint is prompted as a chat model: it ships a chat template and is not one of
+    ratchet's seed models (their minimal template only serves `ratchet serve`; they learnt plain text)."""
+    p = Path(path)
+    if (p / SEED_INFO).exists():
+        return False
+    if (p / "chat_template.jinja").exists():
+        return True
+    config = p / "tokenizer_config.json"
+    return config.exists() and bool(json.loads(config.read_text()).get("chat_template"))
+
+
 def validate_checkpoint(path: str | os.PathLike[str], need_tokenizer: bool = True) -> Path:
     """Check a Hugging Face checkpoint directory without loading the weights into a model."""
     p = Path(path)

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import logging
 import os
+import resource
 import shutil
 import time
 import uuid
@@ -101,13 +102,25 @@ def load_model(path: str):
     return model, tokenizer
 
 
+def lora_args(lora: bool | None, fields: Any, checkpoint: str) -> dict[str, Any]:
+    """SFT/DPO job fields from a workload config's lora, lora_r, lora_alpha, lora_targets;
+    `lora=None` chooses by the model the workload started from (`checkpoint`)."""
+    from training.checkpoints import is_seed_model
+
+    use = (not is_seed_model(checkpoint)) if lora is None else lora
+    return {"lora": use, "lora_r": fields.lora_r, "lora_alpha": fields.lora_alpha,
+            "lora_target_modules": fields.lora_targets}
+
+
 def lora_config(cfg: RatchetTrainFields):
     if not cfg.lora:
         return None
 
     return LoraConfig(
         r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-        target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM",
+        target_modules=(cfg.lora_target_modules if cfg.lora_target_modules == "all-linear"
+                        else [m.strip() for m in cfg.lora_target_modules.split(",")]),
+        task_type="CAUSAL_LM",
     )
 
 
@@ -177,7 +190,8 @@ class LogCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs:
-            shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in logs.items()}
+            # 3 significant figures, e-notation when small: round(5e-7, 4) printed a learning rate of 0.0
+            shown = {k: float(f"{v:.3g}") if isinstance(v, float) else v for k, v in logs.items()}
             log.info("step %d/%d: %s", state.global_step, state.max_steps, shown)
 
 
@@ -207,9 +221,20 @@ def save_trained(trainer, tokenizer, output_dir: str, metrics: dict[str, Any], s
     return TrainResult(str(finalize_checkpoint(tmp, final)), metrics)
 
 
+def peak_memory_mb() -> float:
+    """This process's peak resident memory (CPU), or the GPU's peak allocation when training on one."""
+    if torch.cuda.is_available():
+        return round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)  # Linux reports KiB
+
+
 def train_metrics(train_output, trainer) -> dict[str, Any]:
     logs = [h for h in trainer.state.log_history if "loss" in h]
+    steps = max(1, int(trainer.state.global_step))
+    runtime = train_output.metrics.get("train_runtime") or 0.0
     return {
+        "s_per_step": round(runtime / steps, 3),
+        "peak_memory_mb": peak_memory_mb(),
         "train_loss": round(float(train_output.training_loss), 5),
         "first_loss": logs[0]["loss"] if logs else None,
         "last_loss": logs[-1]["loss"] if logs else None,
@@ -235,7 +260,11 @@ def run_trainer(trainer_cls, cfg, data, columns: tuple[str, ...], callbacks: lis
         set_callbacks(trainer, cfg)
         output = trainer.train(resume_from_checkpoint=last)
         metrics = (train_metrics(output, trainer) | {"examples": len(dataset)} | extra_metrics
-                   | ({"resumed_from_step": int(Path(last).name.split("-")[-1])} if last else {}))
+                   | ({"resumed_from_step": int(Path(last).name.split("-")[-1])} if last else {})
+                   | ({"lora_r": cfg.lora_r, "lora_alpha": cfg.lora_alpha} if cfg.lora else {}))
+        log.info("%s: %d steps, %.3g s/step, peak memory %.0f MiB, %s", extra_metrics.get("method", "training"),
+                 metrics["steps"], metrics["s_per_step"], metrics["peak_memory_mb"],
+                 f"LoRA r={cfg.lora_r} alpha={cfg.lora_alpha}" if cfg.lora else "full fine-tuning")
         return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)
 
 

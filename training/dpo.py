@@ -51,7 +51,8 @@ def train_dpo(
     return run_trainer(trainer, cfg, data, DPO_COLUMNS, callbacks, {"method": "dpo", "beta": cfg.beta})
 
 
-def train_dpo_remote(cfg: DPOJobConfig, data: Dataset | list[dict[str, Any]] | str):
-    """Submit train_dpo as a Ray task (GPU when the cluster has one); returns an ObjectRef."""
+def train_dpo_remote(cfg: DPOJobConfig, data: Dataset | list[dict[str, Any]] | str, num_cpus: float = 1.0):
+    """Submit train_dpo as a Ray task (GPU when the cluster has one); returns an ObjectRef.
+    `num_cpus` is what Ray reserves (TpoConfig.train.num_cpus); the trainer uses cfg.cpu_threads."""
 
-    return ray.remote(train_dpo).options(**gpu_options()).remote(cfg, data)
+    return ray.remote(train_dpo).options(num_cpus=num_cpus, **gpu_options()).remote(cfg, data)

@@ -56,6 +56,16 @@ def default_threads() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+def eos_token_ids(tokenizer: Any, generation_config: Any) -> list[int]:
+    """Every id that ends a completion: the tokenizer's EOS and the checkpoint's generation_config
+    ones (Qwen2.5 and Llama-3 chat models end a turn with a token other than the tokenizer's EOS)."""
+    ids = getattr(generation_config, "eos_token_id", None)
+    ids = [ids] if isinstance(ids, int) else list(ids or [])
+    if tokenizer.eos_token_id is not None:
+        ids.insert(0, tokenizer.eos_token_id)
+    return list(dict.fromkeys(ids))
+
+
 class TransformersEngine:
     def __init__(
         self,
@@ -101,6 +111,7 @@ class TransformersEngine:
         if tokenizer.pad_token_id is None:  # left padding needs a pad id; EOS is the usual stand-in
             tokenizer.pad_token = tokenizer.eos_token
         self.model, self.tokenizer = model, tokenizer
+        self.eos_ids = eos_token_ids(tokenizer, model.generation_config)
         if self.prefix_cache is not None:
             self.prefix_cache.clear()  # states computed by the previous weights
         self._constraints: dict[str, Any] = {}  # regex -> TokenRegex for this tokenizer
@@ -235,7 +246,7 @@ class TransformersEngine:
             top_p=params.top_p if not params.greedy else None,
             top_k=params.top_k if not params.greedy else None,
             min_p=(params.min_p or None) if not params.greedy else None,
-            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+            eos_token_id=self.eos_ids, pad_token_id=tok.pad_token_id,
             stop_strings=list(params.stop) or None, **generate_kwargs(params),
         )
 
@@ -254,10 +265,10 @@ class TransformersEngine:
 
     def _completion(self, row: list[int], prompt_tokens: int, params: SamplingParams,
                     logprobs: list[dict[str, Any]] | None = None) -> Completion:
-        eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
-        if eos in row:
-            length, hit_eos = row.index(eos) + 1, True
+        ends = [i for i, t in enumerate(row) if t in self.eos_ids][:1]
+        if ends:
+            length, hit_eos = ends[0] + 1, True
         else:
             # A row finished by a stop string is padded after it; a full row has no padding.
             length, hit_eos = len(row), False

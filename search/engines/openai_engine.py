@@ -18,7 +18,15 @@ from typing import Any
 
 import openai
 
-from common.sampling import Completion, ContextLengthError, Prompt, SamplingParams, check_counts
+from common.sampling import (
+    PREFILL,
+    Completion,
+    ContextLengthError,
+    Prompt,
+    SamplingParams,
+    check_counts,
+    is_prefilled,
+)
 
 
 def request_groups(prompts: Sequence[Prompt], params: SamplingParams, size: int
@@ -172,6 +180,10 @@ class OpenAIEngine:
         args = self._request_args(params)
         if "logprobs" in args:  # chat asks for a flag and a top count
             args["logprobs"], args["top_logprobs"] = True, args["logprobs"]
+        if is_prefilled(messages):  # vLLM's chat extension continues the final assistant message
+            args["extra_body"] = {**args.get("extra_body", {}), "continue_final_message": True,
+                                  "add_generation_prompt": False}
+            messages = [{k: v for k, v in m.items() if k != PREFILL} for m in messages]
         resp = await self._call(client.chat.completions.create, messages=messages, **args)
         choices = sorted(resp.choices, key=lambda c: c.index)
         return self._rows(resp, [(c.message.content or "", c.finish_reason, c, _chat_logprobs(c.logprobs))

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from common.jsonio import write_json
 from common.progress import progress
 from common.sampling import Completion, Generate, Prompt, SamplingParams
 from common.tracking import Tracker
@@ -153,7 +154,7 @@ class ScalingExperiment:
 
     def write(self, summary: dict[str, Any]) -> None:
         summary["wall_s"] = round(time.time() - self.started, 1)
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_json(self.run_dir / "summary.json", summary)
         (self.run_dir / "report.md").write_text(report(self.cfg, summary))
         self.store.events(self.cfg.experiment).emit("scaling_done", wall_s=summary["wall_s"])
 

@@ -53,6 +53,9 @@ def bradley_terry(n: int, wins: np.ndarray, iters: int = 200) -> np.ndarray:
 
 class PairwiseJudge:
     name = "pairwise"
+    # Scores are relative to the group judged together: a lone response scores 0 whatever it says,
+    # so measurement compares responses head to head (thinking.loop) instead of scores across calls.
+    comparative = True
 
     def __init__(self, generate: Generate, template: str = PAIR_PROMPT, max_tokens: int = 4,
                  temperature: float = 0.0, seed: int | None = 0):
