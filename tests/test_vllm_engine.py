@@ -314,8 +314,9 @@ def test_in_memory_weights_reach_the_workers_without_a_checkpoint(vllm, tmp_path
     eng.load_weights(_tag_weights("mem1"), version="v1", checkpoint=str(tmp_path / "v1-on-disk"))
     assert eng.llm is llm and eng.version == "v1" and eng.last_load_kind == "memory"
     assert eng.checkpoint == str(tmp_path / "v1-on-disk")
-    (_, method, (blob,), _), = [c for c in llm.calls if c[0] == "collective_rpc"]
-    assert method == "ratchet_load_weights" and isinstance(blob, bytes)  # tensors cannot cross vLLM's RPC
+    (_, method, (path,), _), = [c for c in llm.calls if c[0] == "collective_rpc"]
+    assert method == "ratchet_load_file" and path.startswith("/dev/shm/")  # RAM, not disk: tensors cannot cross vLLM's RPC
+    assert not Path(path).exists()  # removed once the workers have the weights
     row = eng.generate(["x"], SamplingParams(max_tokens=12, temperature=0))[0]
     assert row[0].text.startswith(" mem1-") and row[0].model_version == "v1"
 

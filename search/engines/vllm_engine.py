@@ -312,36 +312,42 @@ class VLLMEngine:
                                f"({self.version})") from failure
         self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
 
-    def load_weights(self, weights: dict[str, Any] | bytes, version: str, checkpoint: str | None = None) -> None:
-        """Take new weights from memory (Hugging Face names -> tensors, or the same as
-        safetensors bytes) into the running engine, without reading a checkpoint.
+    def load_weights(self, weights: dict[str, Any], version: str, checkpoint: str | None = None) -> None:
+        """Take new weights from memory (Hugging Face names -> tensors, e.g. from Ray's object
+        store) into the running engine, without reading a checkpoint: they pass to the workers
+        through a file in /dev/shm (RAM), cast to the engine's dtype first (vllm_worker.py).
 
         `checkpoint`: where the same weights are also saved (the registry's copy); it becomes
         what a later failed load rolls back to. The architecture must be the running one's
         (a training job's output for this model); another needs load(checkpoint)."""
         if self.llm is None:
             raise RuntimeError("no checkpoint loaded: call load(checkpoint) before load_weights()")
+        import tempfile
+
+        from safetensors.torch import save_file
+
         vllm = _import_vllm()
         started = time.perf_counter()
-        if isinstance(weights, dict):
-            from safetensors.torch import save
+        dtype = self.llm.llm_engine.model_config.dtype
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # RAM-backed where Linux has it
+        fd, path = tempfile.mkstemp(prefix="ratchet-weights-", suffix=".safetensors", dir=shm)
+        os.close(fd)
+        counts: list[int] = []
+        try:
+            save_file({k: v.detach().to(dtype).contiguous() for k, v in weights.items()}, path)
 
-            weights = save({k: v.detach().contiguous() for k, v in weights.items()})
-        expected = None
+            def load() -> None:
+                counts[:] = self.llm.collective_rpc(METHOD, args=(path,))
+                if not counts or min(counts) == 0:
+                    raise ValueError(f"the workers loaded {counts} tensors: the weights were empty")
 
-        def load() -> None:
-            nonlocal expected
-            counts = self.llm.collective_rpc(METHOD, args=(weights,))
-            expected = counts
-            if not counts or min(counts) == 0:
-                raise ValueError(f"the workers loaded {counts} tensors: the weights were empty")
-
-        self._in_place(vllm, load, f"loading in-memory weights of {version}")
+            self._in_place(vllm, load, f"loading in-memory weights of {version}")
+        finally:
+            os.unlink(path)
         self.checkpoint = checkpoint
         self.version = version
         self.last_load_s, self.last_load_kind = time.perf_counter() - started, "memory"
-        log.info("vllm engine: in-memory load of %s (%d tensors per worker) took %.2f s", version,
-                 (expected or [0])[0], self.last_load_s)
+        log.info("vllm engine: in-memory load of %s (%d tensors) took %.2f s", version, counts[0], self.last_load_s)
 
     def _restart(self, vllm: Any, checkpoint: str) -> None:
         previous = self.checkpoint

@@ -49,6 +49,12 @@ class FakeTokenizer:
 class ModelConfig:
     model: str
     max_model_len: int
+    dtype: Any = None  # torch.float32 when the engine is built (torch is imported lazily)
+
+    def __post_init__(self):
+        import torch
+
+        self.dtype = self.dtype or torch.float32
 
 
 def _read_weights(path: str) -> dict[str, Any]:
@@ -159,12 +165,12 @@ class LLM:
             self._weights = _read_weights(self.llm_engine.model_config.model)
             return [None]
         if self._extension is not None and hasattr(self._extension, method):  # as vLLM: the class mixed into workers
-            from safetensors.torch import load
+            from safetensors.torch import load_file
 
-            weights = load(args[0])  # as search/engines/vllm_worker.py: a safetensors blob
+            weights = load_file(args[0])  # as search/engines/vllm_worker.py: a safetensors file
             if "tag" not in weights:
                 raise KeyError("no tensor named 'tag' in the weights")
-            self._weights = {"tag": bytes(weights["tag"].tolist()).decode(), "finish_reason": "stop"}
+            self._weights = {"tag": bytes(int(x) for x in weights["tag"].tolist()).decode(), "finish_reason": "stop"}
             return [len(weights)]
         raise AttributeError(f"worker has no method {method!r}")
 
