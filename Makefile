@@ -57,6 +57,13 @@ test-vllm: setup-vllm
 	$(VPY) -m training.pretrained fetch smollm2-135m-instruct
 	$(VPY) -m pytest -p no:cacheprovider tests/test_vllm_cpu.py tests/test_vllm_engine.py
 
+# Every workload on sampler.engine=vllm with SmolLM2 on this CPU, each to its end with its report:
+# `ratchet serve` answering a chat through the openai client, a scaling run, one TPO iteration
+# (configs/*-smollm-vllm.yaml; scripts/demo_real.py --engine vllm).
+vllm-workloads: setup-vllm
+	$(VPY) scripts/demo_real.py --engine vllm --workloads serve scaling
+	$(VPY) scripts/demo_real.py --engine vllm --workloads tpo -- iterations=1
+
 # Proves from the registry's metadata alone (no GPU, no wheel downloads) that the GPU set
 # resolves and that the CPU set is unchanged. Not part of `make test`: it needs the registry.
 # uv resolves (pip's --dry-run would download every CUDA wheel); it lives in its own venv.

@@ -4,6 +4,7 @@ validation rules (tests/fake_vllm, for machines without a GPU), and the same on 
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import sys
@@ -548,3 +549,18 @@ def test_transformers_bf16_and_vllm_agree_on_gpu(gpu_models):
         assert [r[0].text for r in engine.generate(prompts, GREEDY)] == [row[0].text for row in hf_rows]
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("name", ["scaling", "tpo"])
+def test_vllm_configs_differ_from_their_transformers_twins_only_in_the_sampler(name):
+    """configs/<name>-smollm-vllm.yaml is the same experiment on vLLM: it must not drift."""
+    import yaml
+
+    root = Path(__file__).parent.parent / "configs"
+    plain = yaml.safe_load((root / f"{name}-smollm.yaml").read_text())
+    vllm_cfg = yaml.safe_load((root / f"{name}-smollm-vllm.yaml").read_text())
+    assert vllm_cfg.pop("experiment") == plain.pop("experiment") + "-vllm"
+    sampler, plain_sampler = vllm_cfg.pop("sampler"), plain.pop("sampler")
+    assert vllm_cfg == plain and sampler.pop("engine") == "vllm"
+    assert set(sampler.pop("engine_kwargs")) <= set(inspect.signature(VLLMEngine).parameters)
+    assert sampler == {k: v for k, v in plain_sampler.items() if k not in ("engine", "engine_kwargs")}
