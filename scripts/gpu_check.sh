@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The GPU check, one command on a CUDA machine, a few minutes:  make gpu-check
-# (= make setup-gpu, then this script). Nothing is downloaded at run time: the models are the
-# tiny seed models the tests and the demo build themselves.
+# (= make setup-gpu, then this script). No hub: the real model is SmolLM2-135M-Instruct from its
+# pinned registry wheel (training/pretrained.py), what users run; the gpu-marked tests use the
+# tiny seed models the tests build themselves.
 #   1. the gpu-marked tests: vLLM (greedy n>1, per-prompt seeds, a regex, a reload and a version
 #      switch at 0.85 of the device, with their times) and the transformers engine in bf16;
-#   2. one short SOAR search on the demo tasks with each engine (transformers bf16, then vLLM),
+#   2. the real-model vLLM tests (tests/test_vllm_cpu.py runs them on CPU; here on the GPU with
+#      sleep mode: the same checks, in-memory weights and the switch times);
+#   3. one short SOAR search on SmolLM2 with each engine (transformers bf16, then vLLM),
 #      printing solved / programs / wall time side by side.
 # Everything it prints is also written under $OUT (default runs/gpu-check/).
 set -euo pipefail
@@ -26,14 +29,19 @@ echo "== gpu-marked tests"
 set +e
 $PY -m pytest -m gpu tests/test_vllm_engine.py -q -rA -s -p no:cacheprovider 2>&1 | tee "$OUT/pytest.txt"
 tests_rc=${PIPESTATUS[0]}
+echo "== real-model vLLM tests (SmolLM2)"
+$PY -m training.pretrained fetch smollm2-135m-instruct
+RATCHET_VLLM_ANY_DEVICE=1 $PY -m pytest tests/test_vllm_cpu.py -q -rA -s -p no:cacheprovider 2>&1 | tee "$OUT/pytest-real.txt"
+real_rc=${PIPESTATUS[0]}
 set -e
 
-# The SOAR search: the demo config, one iteration (no learning), controls off, a small budget.
+# The SOAR search: the demo tasks with SmolLM2 (chat prompts), one iteration (no learning),
+# controls off, a small budget.
 soar() {  # engine, engine_kwargs
   local name=gpu-check-$1-$(date +%s)
   local started=$(date +%s)
   $PY -m ray_jobs.soar --config configs/soar-demo.yaml --iterations 1 \
-      experiment="$name" runs_dir="$OUT/runs" \
+      experiment="$name" runs_dir="$OUT/runs" model.checkpoint=pretrained:smollm2-135m-instruct \
       sampler.engine="$1" sampler.engine_kwargs="$2" sampler.num_cpus_per_actor=1 \
       search.samples_per_task="$SAMPLES" search.refinements_per_task=$((SAMPLES / 2)) \
       controls.measure_models=false controls.random_prior=false controls.seed_only=false \
@@ -50,5 +58,6 @@ set -e
 
 echo "== summary (also in $OUT/summary.txt)"
 grep -E "vllm load times|passed|failed|error" "$OUT/pytest.txt" | tail -5 | tee -a "$OUT/summary.txt"
-echo "gpu tests rc=$tests_rc, soar transformers rc=$hf_rc, soar vllm rc=$vllm_rc" | tee -a "$OUT/summary.txt"
-[ "$tests_rc" = 0 ] && [ "$hf_rc" = 0 ] && [ "$vllm_rc" = 0 ]
+grep -E "weight switch|passed|failed|error" "$OUT/pytest-real.txt" | tail -3 | tee -a "$OUT/summary.txt"
+echo "gpu tests rc=$tests_rc, real-model tests rc=$real_rc, soar transformers rc=$hf_rc, soar vllm rc=$vllm_rc" | tee -a "$OUT/summary.txt"
+[ "$tests_rc" = 0 ] && [ "$real_rc" = 0 ] && [ "$hf_rc" = 0 ] && [ "$vllm_rc" = 0 ]

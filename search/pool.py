@@ -128,6 +128,18 @@ class SamplerWorker:
             freeze_heap()
         return self.engine.version
 
+    def load_weights(self, weights: dict[str, Any], version: str, checkpoint: str) -> str | None:
+        """Switch to weights from memory (a state dict; Ray resolves the object ref it was sent as,
+        from the object store), for engines that take them (vllm, transformers)."""
+        load = getattr(self.engine, "load_weights", None)
+        if load is None:
+            raise TypeError(f"engine {type(self.engine).__name__} cannot take weights from memory: "
+                            "load the checkpoint instead (SamplerPool.load_checkpoint)")
+        with self._generate_lock:  # as load(): running requests finish on the old weights
+            load(weights, version, checkpoint)
+            freeze_heap()
+        return self.engine.version
+
     def stats(self) -> dict[str, Any]:
         engine_stats = getattr(self.engine, "stats", None)  # plain counters: safe to read while it generates
         with self._stats_lock:
@@ -393,6 +405,23 @@ class SamplerPool:
         )
         for slot, outcome in zip(slots, outcomes, strict=True):
             if isinstance(outcome, BaseException) and is_infrastructure(outcome):  # its replacement loads it
+                self._replace(slot, slot.generation)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return await self.ready()
+
+    async def load_weights(self, weights_ref: Any, version: str, checkpoint: str) -> list[str | None]:
+        """Switch every actor to weights from memory, as OpenRLHF and veRL do: `weights_ref` is
+        `ray.put(state_dict)` of a training job's output; each actor reads it from Ray's object
+        store, not from disk. `checkpoint` is the same weights as the registry keeps them: an
+        actor started later (a replacement) loads that."""
+        self.checkpoint, self.version, self.files = checkpoint, version, None
+        slots = list(self.router.slots)
+        outcomes = await asyncio.gather(
+            *(s.handle.load_weights.remote(weights_ref, version, checkpoint) for s in slots), return_exceptions=True,
+        )
+        for slot, outcome in zip(slots, outcomes, strict=True):
+            if isinstance(outcome, BaseException) and is_infrastructure(outcome):  # its replacement loads the checkpoint
                 self._replace(slot, slot.generation)
             elif isinstance(outcome, BaseException):
                 raise outcome

@@ -5,6 +5,7 @@ engine's tests are in tests/test_vllm_engine.py."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -130,6 +131,25 @@ def test_load_switches_checkpoint_and_version_tag(models):
     assert engine.version == models["trained"].rstrip("/").rsplit("/", 1)[-1]
     with pytest.raises(FileNotFoundError, match="not a directory"):
         engine.load("/nonexistent/ckpt")
+
+
+def test_in_memory_weights_switch_the_model_without_a_checkpoint(models):
+    """load_weights: the trained model's state dict into an engine serving the untrained one
+    gives the trained answers (as load(checkpoint) would); bad weights change nothing."""
+    from safetensors.torch import load_file
+
+    engine = make_engine("transformers", checkpoint=models["untrained"], version="v0", num_threads=1)
+    before = engine.generate(["map 5 =>"], GREEDY)[0][0].text
+    trained = {}
+    for f in sorted(Path(models["trained"]).glob("*.safetensors")):
+        trained |= load_file(str(f))
+    wrong = {k: v[:1] for k, v in trained.items()}
+    with pytest.raises(ValueError, match="wrong shape.*Still serving 'v0'"):
+        engine.load_weights(wrong, version="bad")
+    assert engine.version == "v0" and engine.generate(["map 5 =>"], GREEDY)[0][0].text == before
+    engine.load_weights(trained, version="v1", checkpoint=models["trained"])
+    c = engine.generate(["map 5 =>"], GREEDY)[0][0]
+    assert (c.text, c.model_version) == (expected("map 5 =>"), "v1") and c.text != before
 
 
 # --- openai (retries and usage on a mock transport) ----------------------------------

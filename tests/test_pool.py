@@ -168,6 +168,24 @@ def test_pool_load_switches_every_actor_to_a_registry_version(pool, models, stor
         pool.config.experiment = None
 
 
+def test_pool_takes_weights_from_the_object_store(pool, models):
+    """load_weights: a state dict put once in Ray's object store reaches every actor; the
+    answers are the trained model's though the actors last loaded the untrained checkpoint."""
+    import ray
+    from safetensors.torch import load_file
+
+    asyncio.run(pool.load_checkpoint(models["untrained"], "v0"))
+    untrained = pool.generate_sync(PROMPTS, GREEDY)
+    weights = {}
+    for f in sorted(Path(models["trained"]).glob("*.safetensors")):
+        weights |= load_file(str(f))
+    assert asyncio.run(pool.load_weights(ray.put(weights), "v1", models["trained"])) is not None
+    rows = pool.generate_sync(PROMPTS, GREEDY)
+    assert [row[0].text for row in rows] == [expected(p) for p in PROMPTS] != [row[0].text for row in untrained]
+    assert {row[0].model_version for row in rows} == {"v1"} and {s.version for s in asyncio.run(pool.stats())} == {"v1"}
+    assert pool.checkpoint == models["trained"]  # what a replacement actor would start on
+
+
 def test_pool_started_on_a_changed_version_refuses_to_serve_it(ray_local, models, store, experiment_name, tmp_path):
     """The first version is checked too: actors started on a published checkpoint whose files
     changed since refuse it, as a later load would."""

