@@ -60,6 +60,9 @@ from store import Lease, Store
 log = logging.getLogger(__name__)
 
 C = TypeVar("C")
+# how a job's command is named in --help and errors: "python -m ray_jobs.soar" (ray job submit),
+# or "ratchet soar" when ray_jobs.cli dispatched to it
+COMMAND_PREFIX = "python -m ray_jobs."
 
 
 @dataclass
@@ -225,7 +228,8 @@ def config_parser(prog: str, doc: str, config_cls: type, iterations_flag: bool =
 
 def _parser(spec: JobSpec[C]) -> argparse.ArgumentParser:
     # the module's name, not run.__module__: run as `python -m ray_jobs.soar` that is "__main__"
-    prog = f"python -m ray_jobs.{spec.workload.replace('-', '_')}"
+    name = spec.workload.replace("-", "_")
+    prog = f"ratchet {spec.workload}" if COMMAND_PREFIX == "ratchet" else f"{COMMAND_PREFIX}{name}"
     parser = config_parser(prog, spec.doc, spec.config_cls, spec.iterations_flag)
     parser.add_argument("--allow-config-change", action="store_true",
                         help="continue an existing experiment with a changed config (recorded in its record)")
