@@ -13,7 +13,7 @@ experiment refuses, naming the first), checks the run's identity (a rerun with a
 resolved config refuses unless `--allow-config-change`, which is recorded), writes
 `runs/<experiment>/config.yaml` and the experiment record (secrets redacted), starts (or
 joins) Ray, and sets the status to running, then done, failed (with the error) or killed
-(SIGTERM, Ctrl-C), whatever way the run ends. A thread renews the lease as the run's
+(SIGTERM, Ctrl-C: exit code 143 or 130, no stack dump), whatever way the run ends. A thread renews the lease as the run's
 heartbeat: after a SIGKILL it expires and the status reads "killed". Logging is
 common.logs' (one format, driver and Ray workers alike; actor logs reach the driver and
 `ray job logs`); every record passes a filter that blanks the config's secrets, while the
@@ -55,6 +55,7 @@ from common.config import (
 from common.fieldhelp import describe_fields
 from common.logs import protect, ray_runtime_env, setup_logging
 from ray_jobs.cluster import check_cluster
+from ray_jobs.stopping import Stopped, raise_on_stop_signals, restore
 from store import Lease, Store
 
 log = logging.getLogger(__name__)
@@ -158,8 +159,8 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
     right: running, then done, failed (with the error) or killed.
 
     `allow_config_change`: continue an experiment whose config differs (recorded). With
-    `stop_on_sigterm` (the CLI's choice; a library caller keeps its own handlers), SIGTERM
-    ends the run as "killed".
+    `stop_on_sigterm` (the CLI's choice; a library caller keeps its own handlers), SIGTERM and
+    SIGINT end the run as "killed" by raising `Stopped` (ray_jobs/stopping.py).
     """
     filt = redact_logs(cfg)
     preflight(spec, cfg)  # before the store: a cluster without a shared Redis must not start one
@@ -172,18 +173,21 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
         run_dir.mkdir(parents=True, exist_ok=True)
         dump_yaml(cfg, run_dir / "config.yaml")  # only once the identity check passed
         store.fence(lease)
+        # after ray.init, which installs its own SIGTERM handler (a stack dump)
+        handlers = raise_on_stop_signals() if stop_on_sigterm else None
         try:
-            if stop_on_sigterm and threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, _sigterm)  # after ray.init, which installs its own
             store.experiments.set_status(cfg.experiment, "running", host=socket.gethostname(), pid=os.getpid(),
                                          started=time.time())
             result = spec.run(cfg, JobContext(store=store, run_dir=run_dir))
             summary = asyncio.run(result) if inspect.isawaitable(result) else result
         except BaseException as e:
-            status = "killed" if isinstance(e, KeyboardInterrupt | SystemExit) else "failed"
+            if not isinstance(e, Stopped):  # after a stop, later signals stay ignored until the exit
+                restore(handlers)
+            status = "killed" if isinstance(e, KeyboardInterrupt | SystemExit | Stopped) else "failed"
             if _still_ours(store, lease):  # else the record is the new driver's to write
                 store.experiments.set_status(cfg.experiment, status, error=filt.redact(f"{type(e).__name__}: {e}"))
             raise
+        restore(handlers)  # ended by itself: an in-process caller gets its handlers back
         line = _headline(spec, summary)
         if _still_ours(store, lease):  # a driver that lost its lease leaves the record to the new one
             store.experiments.set_result(cfg.experiment, _plain(summary, filt), headline=filt.redact(line))
@@ -258,10 +262,6 @@ def parse(spec: JobSpec[C], argv: list[str] | None = None) -> C:
     return _config(spec, _parser(spec).parse_args(argv))
 
 
-def _sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(f"stopped by signal {signal.Signals(signum).name}")
-
-
 def main(spec: JobSpec[C], argv: list[str] | None = None) -> dict[str, Any]:
     setup_logging()
     parser = _parser(spec)
@@ -279,6 +279,13 @@ def main(spec: JobSpec[C], argv: list[str] | None = None) -> dict[str, Any]:
         return execute(spec, cfg, allow_config_change=args.allow_config_change, stop_on_sigterm=True)
     except ConfigError as e:  # the user's mistake: one line, no traceback, argparse's exit code
         config_error(parser, e)
+    except (Stopped, KeyboardInterrupt) as e:  # KeyboardInterrupt: Ctrl-C before the handlers were set
+        stop = e if isinstance(e, Stopped) else Stopped(signal.SIGINT)
+        log.warning("%s stopped by %s; its status is 'killed'; the same command resumes it", spec.workload,
+                    stop.name)
+        if ray.is_initialized():
+            ray.shutdown()
+        raise SystemExit(stop.exit_code) from None
     except Exception:
         # through the redacting log handlers: Python's own printer would write the error (and
         # a secret in its message) to stderr, the `ray job logs` of the job, unfiltered

@@ -206,17 +206,27 @@ def test_a_second_driver_refuses_and_a_killed_driver_reads_killed(ray_local, sto
     runner.execute(TOY, cfg, store, allow_config_change=True)
     assert store.experiments.get(experiment_name).status == "done"
 
-    stopped = _driver(tmp_path, f"{experiment_name}-t")
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stopped_driver_reads_killed_and_exits_without_a_stack_dump(ray_local, store, tmp_path, experiment_name,
+                                                                     signum, code):
+    stopped = _driver(tmp_path, experiment_name)
     try:
-        _until(lambda: f"{experiment_name}-t" in store.experiments.names()
-               and store.experiments.get(f"{experiment_name}-t").status == "running", "the second driver runs")
-        stopped.send_signal(signal.SIGTERM)  # as `ray job stop` does
-        stopped.wait(timeout=60)
+        _until(lambda: experiment_name in store.experiments.names()
+               and store.experiments.get(experiment_name).status == "running", "the driver runs")
+        stopped.send_signal(signum)  # SIGTERM as `ray job stop`, systemd and Kubernetes send; SIGINT as Ctrl-C
+        _, err = stopped.communicate(timeout=60)
     finally:
         stopped.kill()
-    record = store.experiments.get(f"{experiment_name}-t")
-    assert (record.status, record.error) == ("killed", "SystemExit: stopped by signal SIGTERM")
-    assert store.leases(f"{experiment_name}-t").holder() is None  # released at once, not after the TTL
+    name = signal.Signals(signum).name
+    record = store.experiments.get(experiment_name)
+    assert (record.status, record.error) == ("killed", f"Stopped: stopped by {name}")
+    assert store.leases(experiment_name).holder() is None  # released at once, not after the TTL
+    assert stopped.returncode == code  # 128 + the signal, as a shell reports it
+    err = err.decode()
+    assert f"toy stopped by {name}; its status is 'killed'" in err
+    assert "Traceback" not in err and "SIGTERM received" not in err and "Stack" not in err, err
 
 
 def test_a_job_longer_than_the_lease_ttl_keeps_its_lease(ray_local, store, tmp_path, experiment_name, monkeypatch):
