@@ -11,7 +11,7 @@ wrong config is one line on stderr and exit code 2), runs the checks, refuses a 
 cluster without a shared Redis or storage (ray_jobs/cluster.py), takes the experiment's lease (a second driver of the same
 experiment refuses, naming the first), checks the run's identity (a rerun with another
 resolved config refuses unless `--allow-config-change`, which is recorded), writes
-`runs/<experiment>/config.yaml` and the experiment record (secrets redacted), starts (or
+`runs/<experiment>/config.yaml` (and run.log, the full log) and the experiment record (secrets redacted), starts (or
 joins) Ray, and sets the status to running, then done, failed (with the error) or killed
 (SIGTERM, Ctrl-C: exit code 143 or 130, no stack dump), whatever way the run ends. A thread renews the lease as the run's
 heartbeat: after a SIGKILL it expires and the status reads "killed". Logging is
@@ -53,7 +53,7 @@ from common.config import (
     to_dict,
 )
 from common.fieldhelp import describe_fields
-from common.logs import protect, ray_runtime_env, setup_logging
+from common.logs import add_run_log, protect, ray_runtime_env, remove_run_log, setup_logging
 from ray_jobs.cluster import check_cluster
 from ray_jobs.stopping import Stopped, raise_on_stop_signals, restore
 from store import Lease, Store
@@ -64,6 +64,7 @@ C = TypeVar("C")
 # how a job's command is named in --help and errors: "python -m ray_jobs.soar" (ray job submit),
 # or "ratchet soar" when ray_jobs.cli dispatched to it
 COMMAND_PREFIX = "python -m ray_jobs."
+RUN_LOG = "run.log"  # in the run dir: the driver's whole log, ratchet's DEBUG lines included
 
 
 @dataclass
@@ -109,8 +110,18 @@ def init_ray() -> None:
     Workers run common.logs' setup hook (format, redaction); their output is forwarded to
     this driver, whose output is the job's `ray job logs`."""
     if not ray.is_initialized():
+        local_ray_auth()
         ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=True,
                  runtime_env=ray_runtime_env())
+
+
+def local_ray_auth(environ: dict[str, str] | None = None) -> None:
+    """A local Ray that ratchet starts uses token authentication, Ray's default for a new local
+    cluster, said explicitly: left unset, Ray prints a warning about that default into every
+    run's console. Joining a cluster (RAY_ADDRESS) or a user's own RAY_AUTH_MODE: untouched."""
+    env = os.environ if environ is None else environ
+    if not env.get("RAY_ADDRESS"):
+        env.setdefault("RAY_AUTH_MODE", "token")
 
 
 class Heartbeat:
@@ -175,25 +186,31 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
         store.fence(lease)
         # after ray.init, which installs its own SIGTERM handler (a stack dump)
         handlers = raise_on_stop_signals() if stop_on_sigterm else None
+        run_log = add_run_log(run_dir / RUN_LOG)  # the full detail; the console shows a line per step
         try:
-            store.experiments.set_status(cfg.experiment, "running", host=socket.gethostname(), pid=os.getpid(),
-                                         started=time.time())
-            result = spec.run(cfg, JobContext(store=store, run_dir=run_dir))
-            summary = asyncio.run(result) if inspect.isawaitable(result) else result
-        except BaseException as e:
-            if not isinstance(e, Stopped):  # after a stop, later signals stay ignored until the exit
-                restore(handlers)
-            status = "killed" if isinstance(e, KeyboardInterrupt | SystemExit | Stopped) else "failed"
-            if _still_ours(store, lease):  # else the record is the new driver's to write
-                store.experiments.set_status(cfg.experiment, status, error=filt.redact(f"{type(e).__name__}: {e}"))
-            raise
-        restore(handlers)  # ended by itself: an in-process caller gets its handlers back
-        line = _headline(spec, summary)
-        if _still_ours(store, lease):  # a driver that lost its lease leaves the record to the new one
-            store.experiments.set_result(cfg.experiment, _plain(summary, filt), headline=filt.redact(line))
-            store.experiments.set_status(cfg.experiment, "done")
-    if line:
-        log.info("%s -> %s/report.md", line, run_dir)
+            try:
+                store.experiments.set_status(cfg.experiment, "running", host=socket.gethostname(), pid=os.getpid(),
+                                             started=time.time())
+                result = spec.run(cfg, JobContext(store=store, run_dir=run_dir))
+                summary = asyncio.run(result) if inspect.isawaitable(result) else result
+            except BaseException as e:
+                stopped = isinstance(e, KeyboardInterrupt | SystemExit | Stopped)
+                if not isinstance(e, Stopped):  # after a stop, later signals stay ignored until the exit
+                    restore(handlers)
+                log.debug("%s run ended by %s", spec.workload, type(e).__name__, exc_info=not stopped)  # run.log
+                if _still_ours(store, lease):  # else the record is the new driver's to write
+                    store.experiments.set_status(cfg.experiment, "killed" if stopped else "failed",
+                                                 error=filt.redact(f"{type(e).__name__}: {e}"))
+                raise
+            restore(handlers)  # ended by itself: an in-process caller gets its handlers back
+            line = _headline(spec, summary)
+            if _still_ours(store, lease):  # a driver that lost its lease leaves the record to the new one
+                store.experiments.set_result(cfg.experiment, _plain(summary, filt), headline=filt.redact(line))
+                store.experiments.set_status(cfg.experiment, "done")
+            if line:
+                log.info("%s -> %s/report.md", line, run_dir)
+        finally:
+            remove_run_log(run_log)
     return summary
 
 

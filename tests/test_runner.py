@@ -62,6 +62,31 @@ def test_a_job_that_finishes_is_done_with_its_config_on_disk(ray_local, store, t
     assert (record.headline, record.summary["iterations"]) == ("3 iterations", 3) and record.finished > 0
 
 
+def test_the_run_dir_keeps_the_whole_log_and_the_console_a_line_per_step(ray_local, store, tmp_path, experiment_name,
+                                                                       capsys):
+    from common.logs import setup_logging
+
+    setup_logging()  # the console handler, as a command has it
+
+    async def run(cfg: ToyConfig, ctx: runner.JobContext) -> dict:
+        await toy_run(cfg, ctx)  # logs its engine kwargs, a secret among them
+        step = logging.getLogger("evolution.toy")
+        step.info("iteration 1 (v1): solved 7 (+1)")
+        step.debug("seed 3: solved 6, hit rate 0.0121")  # the detail: run.log only
+        return {"iterations": 1}
+
+    spec = runner.JobSpec(workload="toy", config_cls=ToyConfig, run=run, doc="A toy job.")
+    cfg = runner.parse(spec, [f"experiment={experiment_name}", f"runs_dir={tmp_path}",
+                              f"engine_kwargs={{api_key: {SECRET}}}"])
+    runner.execute(spec, cfg, store)
+    text = (tmp_path / experiment_name / runner.RUN_LOG).read_text()
+    assert "iteration 1 (v1): solved 7 (+1)" in text and "DEBUG evolution.toy: seed 3: solved 6" in text
+    assert "engine kwargs" in text and SECRET not in text
+    err = capsys.readouterr().err
+    assert "iteration 1 (v1): solved 7 (+1)" in err and "seed 3" not in err
+    assert logging.getLogger("evolution").level == logging.NOTSET  # the run's levels end with it
+
+
 def test_a_job_that_raises_is_failed_with_the_error(ray_local, store, tmp_path, experiment_name):
     cfg = runner.parse(TOY, [f"experiment={experiment_name}", f"runs_dir={tmp_path}", "fail=true"])
     with pytest.raises(RuntimeError, match="toy job broke"):
