@@ -61,10 +61,16 @@ def main(argv: list[str] | None = None) -> None:
     from ray_jobs import runner  # here: `ratchet --help` should not wait for Ray's import
 
     before, runner.COMMAND_PREFIX = runner.COMMAND_PREFIX, "ratchet"  # errors say `ratchet soar`, as typed
+    module = importlib.import_module(COMMANDS[name])
+    own_prog = getattr(module, "PROG", None)  # a command with its own parser (serve, verify)
+    if own_prog is not None:
+        module.PROG = f"ratchet {name}"
     try:
-        code = importlib.import_module(COMMANDS[name]).main(rest)
+        code = module.main(rest)
     finally:  # a caller in the same process (a test) calling a job's main directly sees its own name
         runner.COMMAND_PREFIX = before
+        if own_prog is not None:
+            module.PROG = own_prog
     if isinstance(code, int):  # verify returns its exit code
         raise SystemExit(code)
 
