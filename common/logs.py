@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 
 from tqdm import tqdm
 
@@ -27,6 +28,9 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 DATE_FORMAT = "%H:%M:%S"
 ENV_LEVEL = "RATCHET_LOG_LEVEL"  # DEBUG, INFO (default), WARNING, ...
 WORKER_SETUP_HOOK = "common.logs.setup_worker"  # runtime_env["worker_process_setup_hook"]
+# ratchet's own top-level packages: their DEBUG lines go to a run's run.log (add_run_log)
+RATCHET_PACKAGES = ("common", "store", "verifiers", "training", "evolution", "search", "thinking", "ray_jobs",
+                    "ratchet")  # ratchet.progress
 
 _FILTER = RedactingFilter()  # the process's one filter: secrets only ever get added to it
 
@@ -87,11 +91,35 @@ def setup_logging(level: str | int | None = None, secrets: Iterable[str] = ()) -
     if not any(isinstance(h, ConsoleHandler) for h in root.handlers):
         root.addHandler(ConsoleHandler())
     root.setLevel(level or os.environ.get(ENV_LEVEL, "INFO").upper())
+    for handler in root.handlers:  # the console keeps this level when a run log takes ratchet's DEBUG lines
+        if isinstance(handler, ConsoleHandler):
+            handler.setLevel(root.level)
     for noisy in ("httpx", "urllib3", "filelock"):  # one line per HTTP request / lock: not a job's story
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.captureWarnings(True)  # a library's FutureWarning as a log line, not a raw stderr write
     quiet_library_bars()
     return protect([*env_secrets(), *secrets])
+
+
+def add_run_log(path: Path) -> logging.Handler:
+    """Write this process's log to `path` (a run dir's run.log) as well: ratchet's own DEBUG
+    lines included (the per-seed and per-batch detail the console leaves out), dates in full,
+    secrets redacted. The console keeps its level. Undo with `remove_run_log`."""
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setLevel(logging.DEBUG)
+    logging.getLogger().addHandler(handler)
+    for package in RATCHET_PACKAGES:
+        logging.getLogger(package).setLevel(logging.DEBUG)
+    protect()  # the redacting filter on the new handler too
+    return handler
+
+
+def remove_run_log(handler: logging.Handler) -> None:
+    logging.getLogger().removeHandler(handler)
+    handler.close()
+    for package in RATCHET_PACKAGES:
+        logging.getLogger(package).setLevel(logging.NOTSET)
 
 
 def quiet_library_bars() -> None:

@@ -19,6 +19,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from common.fmt import num
+
 ENV_MODE = "RATCHET_PROGRESS"
 ENV_INTERVAL = "RATCHET_PROGRESS_INTERVAL"
 MODES = ("auto", "bars", "log", "off")
@@ -26,15 +28,23 @@ LOG_BAR_FORMAT = "{desc}: {n_fmt}/{total_fmt} ({percentage:3.0f}%) [{elapsed}<{r
 
 log = logging.getLogger("ratchet.progress")
 _CURSOR = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # a nested bar's cursor moves: nothing in a log line
+_RATE = re.compile(r"(\d+\.\d+)(\S*/s)\b")  # tqdm's rate: two decimals whatever its size
+_COUNTS = re.compile(r": (\d+)/(\S+) \(")  # LOG_BAR_FORMAT's n/total
 
 
 class _LogWriter:
-    """A file for tqdm that turns each status it draws into one log line."""
+    """A file for tqdm that turns each status it draws into one log line: INFO while a phase
+    runs (a long phase's heartbeat in `ray job logs`), DEBUG for its first and last lines (0%
+    and 100%: the loop's own line per step says what the phase did; run.log keeps them)."""
 
     def write(self, text: str) -> None:
         line = _CURSOR.sub("", text).strip("\r\n ")
-        if line:
-            log.info(line)
+        if not line:
+            return
+        line = _RATE.sub(lambda m: f"{num(float(m.group(1)))}{m.group(2)}", line)  # 26625.22it/s -> 26,625it/s
+        counts = _COUNTS.search(line)
+        edge = counts is not None and (counts.group(1) == "0" or counts.group(1) == counts.group(2))
+        log.log(logging.DEBUG if edge else logging.INFO, line)
 
     def flush(self) -> None:
         pass

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from common.fmt import num
 from evolution.baselines import RANDOM_PRIOR, random_prior_sampler
 from evolution.config import SoarConfig
 from evolution.driver import Sampler, TaskOutcome
@@ -38,7 +39,7 @@ async def measure_sampler(cfg: SoarConfig, store: Store, tasks: Mapping[str, Arc
                           examples: Mapping[str, tuple[ArcTask, str]] | None = None) -> dict[str, Any]:
     """One sampler on every seed of controls.seeds, on the demo and the held-out tasks."""
     def on_search(split: str, seed: int, solved: float, hit: float) -> None:
-        log.info("%s: %s tasks, seed %d: solved %g, hit rate %.4f", label, split, seed, solved, hit)
+        log.debug("%s: %s tasks, seed %d: solved %s, hit rate %s", label, split, seed, num(solved), num(hit))
 
     m = await measure(cfg.search, sampler=sampler, verifier=verifier,
                       archive_for=lambda split_seed: store.archive(f"{namespace}.{split_seed}"),

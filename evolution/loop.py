@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from common import fmt
 from common.progress import progress
 from common.tracking import Tracker, training_args
 from evolution import metrics
@@ -125,6 +126,25 @@ def with_prompt_format(cfg: SoarConfig, checkpoint: str) -> SoarConfig:
     return replace(cfg, search=replace(cfg.search, prompt_format=fmt))
 
 
+def iteration_line(entry: dict[str, Any], previous: dict[str, Any] | None, heldout: int) -> str:
+    """One log line per SOAR iteration: what its search found, the change since the iteration
+    before, and (when models are measured) the mean over sampling seeds on both task sets."""
+    hit = "search_hit_rate" if "search_hit_rate" in entry else "hit_rate"  # measured: hit_rate is over seeds
+
+    def change(name: str) -> str:
+        was = (previous or {}).get(name)
+        return f" ({fmt.delta(entry[name] - was)})" if was is not None else ""
+
+    line = (f"iteration {entry['iteration']} ({entry['model_version']}): solved {fmt.num(entry['solved'])}/"
+            f"{entry['tasks']}{change('solved')}, hit rate {fmt.num(entry[hit])}{change(hit)}, "
+            f"{fmt.num(entry['programs'])} programs in {fmt.num(entry['wall_s'])} s")
+    if entry.get("heldout_solved_seeds"):
+        seeds = entry["heldout_solved_seeds"]
+        line += (f"; mean of {len(seeds)} seeds: demo solved {fmt.num(sum(entry['solved_seeds']) / len(seeds))}, "
+                 f"held-out solved {fmt.num(sum(seeds) / len(seeds))}/{heldout}")
+    return line
+
+
 class SoarLoop:
     def __init__(self, cfg: SoarConfig, *, store: Store, tasks: dict[str, ArcTask], heldout: dict[str, ArcTask],
                  base: ModelVersion, sampler: Any, verifier: Verifier, run_dir: Path, tracker: Tracker | None = None,
@@ -164,6 +184,8 @@ class SoarLoop:
                 timing["measure_s"] = round(time.time() - started, 2)
             result.entry["timing"] = timing
             self.tracker.log(result.entry, step=it, prefix="search")
+            log.info("%s", iteration_line(result.entry, self.results[-1].entry if self.results else None,
+                                          len(self.heldout)))
             self.results.append(result)
             self.report()  # after every search: a later crash loses nothing measured
         await self.controls()

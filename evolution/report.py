@@ -37,6 +37,10 @@ def plot_curve(points: dict[str, list[tuple[int, float, float]]], tasks: int, pa
         ax.plot(n, [p[1] for p in pts], "-o", color=colour, label=f"{label} pass@2")
         ax.plot(n, [p[2] for p in pts], "--", color=colour, alpha=0.6, label=f"{label} oracle")
     ax.set_xscale("log", base=2)
+    ns = sorted({p[0] for pts in points.values() for p in pts})
+    if ns:  # the budgets measured, as numbers (not 2^n)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.minorticks_off()
     ax.set_xlabel("programs tried per task")
     ax.set_ylabel(f"tasks solved (of {tasks})")
     ax.set_title(title)
@@ -87,11 +91,13 @@ def _mean_std(values: Sequence[float]) -> tuple[float, float]:
 def plot_iterations(rows: list[dict], path: Path, baselines: dict[str, dict] | None = None) -> None:
     """Solved tasks and fully-correct program rate per iteration, demo and held-out tasks,
     mean and standard deviation over sampling seeds; controls as horizontal bands."""
-    panels = [("solved_seeds", "demo tasks solved"), ("heldout_solved_seeds", "held-out tasks solved"),
-              ("hit_rate_seeds", "demo: correct-program rate"), ("heldout_hit_rate_seeds", "held-out: correct-program rate")]
+    panels = [("solved_seeds", "demo tasks solved", "tasks (pass@2)"),
+              ("heldout_solved_seeds", "held-out tasks solved", "tasks (pass@2)"),
+              ("hit_rate_seeds", "demo: correct-program rate", "fraction of programs drawn"),
+              ("heldout_hit_rate_seeds", "held-out: correct-program rate", "fraction of programs drawn")]
     fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
     its = [r["iteration"] for r in rows]
-    for ax, (key, title) in zip(axes, panels, strict=True):
+    for ax, (key, title, unit) in zip(axes, panels, strict=True):
         stats = [_mean_std(r.get(key) or [r.get("solved" if "solved" in key else "hit_rate", 0.0)]) for r in rows]
         ax.errorbar(its, [m for m, _ in stats], yerr=[sd for _, sd in stats], fmt="-o", capsize=3, label="SOAR iterations")
         for i, (name, b) in enumerate((baselines or {}).items(), 1):
@@ -100,8 +106,9 @@ def plot_iterations(rows: list[dict], path: Path, baselines: dict[str, dict] | N
                 ax.axhline(m, color=f"C{i}", ls="--", label=name.replace("_", " "))
                 ax.axhspan(m - sd, m + sd, color=f"C{i}", alpha=0.12)
         ax.set_title(title, fontsize=9)
-        ax.set_xlabel("iteration")
-        ax.set_xticks(its)
+        ax.set_xlabel("iteration (SFT rounds)")
+        ax.set_ylabel(unit)
+        ax.set_xticks(its)  # iterations are whole: no 0.25 ticks
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
     fig.tight_layout()
@@ -170,16 +177,10 @@ def write_outputs(cfg: SoarConfig, run_dir: Path, tasks: dict[str, ArcTask], res
         solved = next(r["solved"] for r in last.rows if r["task_id"] == tid)
         render_task(tasks[tid], out.attempts, run_dir / f"task-{tid}.png", solved)
         shown.append(tid)
-    lines = [f"# SOAR: {cfg.experiment}", "", "## Searches (sampling seed "
-             f"{cfg.search.seed}, the programs hindsight learns from)", "",
-             "| iteration | model | tasks | solved (pass@2) | oracle | programs | hit rate | sampler busy | wall s |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for e in entries:
-        hit = e.get("search_hit_rate", e["hit_rate"])
-        lines.append(f"| {e['iteration']} | {e['model_version']} | {e['tasks']} | {e['solved']:.2f} | {e['oracle']:.2f} | "
-                     f"{e['programs']} | {hit:.4f} | {e['sampler_busy_frac']:.2f} | {e['wall_s']} |")
+    # first the table that answers "did it learn, against what control?", then the detail
+    lines = [f"# SOAR: {cfg.experiment}"]
     if measured or baselines:
-        lines += ["", "## Models against controls", "",
+        lines += ["", "## Did it learn? Models against controls", "",
                   f"Same search and budget for every sampler; mean ± standard deviation over sampling seeds "
                   f"{cfg.controls.seeds} (values in brackets). Held-out tasks never enter training.", ""]
         lines += comparison_table(entries, baselines)
@@ -188,6 +189,13 @@ def write_outputs(cfg: SoarConfig, run_dir: Path, tasks: dict[str, ArcTask], res
                   "The last iteration's model minus each other sampler, seed by seed: mean and 95% CI "
                   "(t interval over the paired differences). **>0** marks an interval above zero.", ""]
         lines += comparison_lines(comps, entries[-1]["iteration"])
+    lines += ["", f"## Searches (sampling seed {cfg.search.seed}, the programs hindsight learns from)", "",
+              "| iteration | model | tasks | solved (pass@2) | oracle | programs | hit rate | sampler busy | wall s |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for e in entries:
+        hit = e.get("search_hit_rate", e["hit_rate"])
+        lines.append(f"| {e['iteration']} | {e['model_version']} | {e['tasks']} | {e['solved']:.2f} | {e['oracle']:.2f} | "
+                     f"{e['programs']} | {hit:.4f} | {e['sampler_busy_frac']:.2f} | {e['wall_s']} |")
     lines += ["", "![solved vs programs](curve.png)", ""]
     if len(entries) > 1 or measured:
         lines += ["![iterations](iterations.png)", ""]

@@ -17,7 +17,7 @@ from typing import Any
 from common.config import ConfigError
 from store.connection import ENV_URL, ENV_URL_FILE
 
-README_SECTION = "README.md, 'Running on a cluster'"
+README_SECTION = "docs/deploy.md"
 
 
 class ClusterError(ConfigError):

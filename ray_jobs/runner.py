@@ -11,9 +11,9 @@ wrong config is one line on stderr and exit code 2), runs the checks, refuses a 
 cluster without a shared Redis or storage (ray_jobs/cluster.py), takes the experiment's lease (a second driver of the same
 experiment refuses, naming the first), checks the run's identity (a rerun with another
 resolved config refuses unless `--allow-config-change`, which is recorded), writes
-`runs/<experiment>/config.yaml` and the experiment record (secrets redacted), starts (or
+`runs/<experiment>/config.yaml` (and run.log, the full log) and the experiment record (secrets redacted), starts (or
 joins) Ray, and sets the status to running, then done, failed (with the error) or killed
-(SIGTERM, Ctrl-C), whatever way the run ends. A thread renews the lease as the run's
+(SIGTERM, Ctrl-C: exit code 143 or 130, no stack dump), whatever way the run ends. A thread renews the lease as the run's
 heartbeat: after a SIGKILL it expires and the status reads "killed". Logging is
 common.logs' (one format, driver and Ray workers alike; actor logs reach the driver and
 `ray job logs`); every record passes a filter that blanks the config's secrets, while the
@@ -53,14 +53,19 @@ from common.config import (
     to_dict,
 )
 from common.fieldhelp import describe_fields
-from common.logs import protect, ray_runtime_env, setup_logging
+from common.logs import add_run_log, protect, ray_runtime_env, remove_run_log, setup_logging
 from common.placement import LEDGER, Demand, check_capacity
 from ray_jobs.cluster import check_cluster
+from ray_jobs.stopping import Stopped, raise_on_stop_signals, restore
 from store import Lease, Store
 
 log = logging.getLogger(__name__)
 
 C = TypeVar("C")
+# how a job's command is named in --help and errors: "python -m ray_jobs.soar" (ray job submit),
+# or "ratchet soar" when ray_jobs.cli dispatched to it
+COMMAND_PREFIX = "python -m ray_jobs."
+RUN_LOG = "run.log"  # in the run dir: the driver's whole log, ratchet's DEBUG lines included
 
 
 @dataclass
@@ -112,8 +117,18 @@ def init_ray() -> None:
     Workers run common.logs' setup hook (format, redaction); their output is forwarded to
     this driver, whose output is the job's `ray job logs`."""
     if not ray.is_initialized():
+        local_ray_auth()
         ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=True,
                  runtime_env=ray_runtime_env())
+
+
+def local_ray_auth(environ: dict[str, str] | None = None) -> None:
+    """A local Ray that ratchet starts uses token authentication, Ray's default for a new local
+    cluster, said explicitly: left unset, Ray prints a warning about that default into every
+    run's console. Joining a cluster (RAY_ADDRESS) or a user's own RAY_AUTH_MODE: untouched."""
+    env = os.environ if environ is None else environ
+    if not env.get("RAY_ADDRESS"):
+        env.setdefault("RAY_AUTH_MODE", "token")
 
 
 class Heartbeat:
@@ -162,8 +177,8 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
     right: running, then done, failed (with the error) or killed.
 
     `allow_config_change`: continue an experiment whose config differs (recorded). With
-    `stop_on_sigterm` (the CLI's choice; a library caller keeps its own handlers), SIGTERM
-    ends the run as "killed".
+    `stop_on_sigterm` (the CLI's choice; a library caller keeps its own handlers), SIGTERM and
+    SIGINT end the run as "killed" by raising `Stopped` (ray_jobs/stopping.py).
     """
     filt = redact_logs(cfg)
     preflight(spec, cfg)  # before the store: a cluster without a shared Redis must not start one
@@ -176,26 +191,35 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
         run_dir.mkdir(parents=True, exist_ok=True)
         dump_yaml(cfg, run_dir / "config.yaml")  # only once the identity check passed
         store.fence(lease)
+        # after ray.init, which installs its own SIGTERM handler (a stack dump)
+        handlers = raise_on_stop_signals() if stop_on_sigterm else None
+        run_log = add_run_log(run_dir / RUN_LOG)  # the full detail; the console shows a line per step
         try:
-            if stop_on_sigterm and threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, _sigterm)  # after ray.init, which installs its own
-            store.experiments.set_status(cfg.experiment, "running", host=socket.gethostname(), pid=os.getpid(),
-                                         started=time.time())
-            LEDGER.clear()  # this run's counts only (common/placement.py)
-            result = spec.run(cfg, JobContext(store=store, run_dir=run_dir))
-            summary = asyncio.run(result) if inspect.isawaitable(result) else result
-            record_nodes(summary, run_dir)
-        except BaseException as e:
-            status = "killed" if isinstance(e, KeyboardInterrupt | SystemExit) else "failed"
-            if _still_ours(store, lease):  # else the record is the new driver's to write
-                store.experiments.set_status(cfg.experiment, status, error=filt.redact(f"{type(e).__name__}: {e}"))
-            raise
-        line = _headline(spec, summary)
-        if _still_ours(store, lease):  # a driver that lost its lease leaves the record to the new one
-            store.experiments.set_result(cfg.experiment, _plain(summary, filt), headline=filt.redact(line))
-            store.experiments.set_status(cfg.experiment, "done")
-    if line:
-        log.info("%s -> %s/report.md", line, run_dir)
+            try:
+                store.experiments.set_status(cfg.experiment, "running", host=socket.gethostname(), pid=os.getpid(),
+                                             started=time.time())
+                LEDGER.clear()  # this run's counts only (common/placement.py)
+                result = spec.run(cfg, JobContext(store=store, run_dir=run_dir))
+                summary = asyncio.run(result) if inspect.isawaitable(result) else result
+                record_nodes(summary, run_dir)
+            except BaseException as e:
+                stopped = isinstance(e, KeyboardInterrupt | SystemExit | Stopped)
+                if not isinstance(e, Stopped):  # after a stop, later signals stay ignored until the exit
+                    restore(handlers)
+                log.debug("%s run ended by %s", spec.workload, type(e).__name__, exc_info=not stopped)  # run.log
+                if _still_ours(store, lease):  # else the record is the new driver's to write
+                    store.experiments.set_status(cfg.experiment, "killed" if stopped else "failed",
+                                                 error=filt.redact(f"{type(e).__name__}: {e}"))
+                raise
+            restore(handlers)  # ended by itself: an in-process caller gets its handlers back
+            line = _headline(spec, summary)
+            if _still_ours(store, lease):  # a driver that lost its lease leaves the record to the new one
+                store.experiments.set_result(cfg.experiment, _plain(summary, filt), headline=filt.redact(line))
+                store.experiments.set_status(cfg.experiment, "done")
+            if line:
+                log.info("%s -> %s/report.md", line, run_dir)
+        finally:
+            remove_run_log(run_log)
     return summary
 
 
@@ -247,7 +271,8 @@ def config_parser(prog: str, doc: str, config_cls: type, iterations_flag: bool =
 
 def _parser(spec: JobSpec[C]) -> argparse.ArgumentParser:
     # the module's name, not run.__module__: run as `python -m ray_jobs.soar` that is "__main__"
-    prog = f"python -m ray_jobs.{spec.workload.replace('-', '_')}"
+    name = spec.workload.replace("-", "_")
+    prog = f"ratchet {spec.workload}" if COMMAND_PREFIX == "ratchet" else f"{COMMAND_PREFIX}{name}"
     parser = config_parser(prog, spec.doc, spec.config_cls, spec.iterations_flag)
     parser.add_argument("--allow-config-change", action="store_true",
                         help="continue an existing experiment with a changed config (recorded in its record)")
@@ -276,10 +301,6 @@ def parse(spec: JobSpec[C], argv: list[str] | None = None) -> C:
     return _config(spec, _parser(spec).parse_args(argv))
 
 
-def _sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(f"stopped by signal {signal.Signals(signum).name}")
-
-
 def main(spec: JobSpec[C], argv: list[str] | None = None) -> dict[str, Any]:
     setup_logging()
     parser = _parser(spec)
@@ -297,6 +318,13 @@ def main(spec: JobSpec[C], argv: list[str] | None = None) -> dict[str, Any]:
         return execute(spec, cfg, allow_config_change=args.allow_config_change, stop_on_sigterm=True)
     except ConfigError as e:  # the user's mistake: one line, no traceback, argparse's exit code
         config_error(parser, e)
+    except (Stopped, KeyboardInterrupt) as e:  # KeyboardInterrupt: Ctrl-C before the handlers were set
+        stop = e if isinstance(e, Stopped) else Stopped(signal.SIGINT)
+        log.warning("%s stopped by %s; its status is 'killed'; the same command resumes it", spec.workload,
+                    stop.name)
+        if ray.is_initialized():
+            ray.shutdown()
+        raise SystemExit(stop.exit_code) from None
     except Exception:
         # through the redacting log handlers: Python's own printer would write the error (and
         # a secret in its message) to stderr, the `ray job logs` of the job, unfiltered

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from common.fmt import num
 from common.tracking import Tracker
 from ray_jobs import checks, runner
 from search.scaling.config import ScalingConfig
@@ -53,7 +54,7 @@ def headline(summary: dict[str, Any]) -> str:
     rows = {d["strategy"]: d for d in summary.get("differences", []) if d["k"] == k_inf}
     parts = [f"{s} - consistency at k={d['k']}: {d['difference']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
              for s, d in rows.items()]
-    return "scaling: " + ("; ".join(parts) or "verification benchmark done") + f" ({summary['wall_s']}s)"
+    return "scaling: " + ("; ".join(parts) or "verification benchmark done") + f" ({num(summary['wall_s'])} s)"
 
 
 JOB = runner.JobSpec(workload="scaling", config_cls=ScalingConfig, run=run_job, doc=__doc__, headline=headline,

@@ -1,7 +1,7 @@
 """`ratchet serve`: an OpenAI-compatible endpoint (Ray Serve + SamplerPool) for a checkpoint.
 
     # local: a checkpoint dir, or a registry version of an experiment
-    ratchet serve model=~/.ratchet/models/seed-tiny-<hash> port=8000
+    ratchet serve model=models/scaling-arith-seed port=8000
     ratchet serve experiment=tpo-demo thought_marker=Work: response_marker=So:  # -> reasoning_content
     RATCHET_API_KEY=$(openssl rand -hex 32) ratchet serve experiment=demo version=v2   # bearer token
     RATCHET_API_KEY_FILE=/run/secrets/ratchet ratchet serve model=PATH host=0.0.0.0    # a 0400 file
@@ -16,17 +16,18 @@
     ray job submit --working-dir . -- python -m ray_jobs.serve experiment=demo host=0.0.0.0 \\
         sampler.num_actors=4 sampler.engine=vllm
 
-Settings are one typed config (`ServeConfig`), set like every job's: `--config FILE` and
-dotted `field=value` overrides; `--help` lists them with their defaults.
+Settings are one typed config (`ServeConfig`, search/serve/config.py), set like every job's:
+`--config FILE` and dotted `field=value` overrides; `--help` lists them with their defaults.
+SIGTERM or Ctrl-C stops it cleanly (Serve and Ray shut down) with exit code 0.
 """
 
 from __future__ import annotations
 
-import ipaddress
+import contextlib
+import logging
 import os
 import sys
-from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from dataclasses import replace
 
 import ray
 from ray import serve
@@ -34,139 +35,22 @@ from ray import serve
 from common.config import ConfigError, load_config, secret_values
 from common.logs import ray_runtime_env, setup_logging
 from ray_jobs.checks import need_checkpoint
-from ray_jobs.runner import config_error, config_parser, print_config
-from search.pool import PoolConfig
+from ray_jobs.runner import config_error, config_parser, local_ray_auth, print_config
+from ray_jobs.stopping import Stopped, raise_on_stop_signals, wait_for_stop_signal
 from search.serve import ServeSettings, build_serve_app
-from search.serve.guard import (
-    API_KEY_ENV,
-    API_KEY_FILE_ENV,
-    api_key_from_environment,
-    read_api_key_file,
-)
-from search.serve.limits import ServeLimits
-from search.serve.protocol import ReasoningSplit
+from search.serve.config import ServeConfig, old_flag, settings_from
 from training import pretrained
 
+log = logging.getLogger(__name__)
 APP_NAME = "ratchet"
 PROG = "ratchet serve"
-# the old --flags and the one name each has now
-OLD_FLAGS = {
-    "--model": "model=PATH", "--experiment": "experiment=NAME", "--version": "version=v2",
-    "--model-name": "model_name=NAME", "--engine": "sampler.engine=NAME",
-    "--engine-kwargs": "sampler.engine_kwargs={...}", "--actors": "sampler.num_actors=N",
-    "--cpus-per-actor": "sampler.num_cpus_per_actor=X", "--host": "host=0.0.0.0", "--port": "port=8000",
-    "--reasoning": "thought_marker=MARKER response_marker=MARKER", "--api-key-env": "api_key_env=VAR",
-    "--api-key-file": "api_key_file=PATH", "--allow-no-auth": "allow_no_auth=true", "--limits": "limits={...}",
-}
-
-
-@dataclass
-class ServeConfig:
-    model: str = ""  # a Hugging Face checkpoint dir to serve (or set experiment instead)
-    experiment: str = ""  # serve a model registry version of this experiment (instead of model)
-    version: str = ""  # registry version of experiment (default: its current one)
-    model_name: str = ""  # the id clients send as "model" (default: experiment or the dir's name)
-    sampler: PoolConfig = field(default_factory=PoolConfig)  # engine, engine_kwargs, Ray actors (search/pool.py)
-    host: str = "127.0.0.1"  # 0.0.0.0 to accept other machines
-    port: int = 8000
-    # a thinking model (both set): chat answers carry the text after thought_marker in
-    # reasoning_content and the text after response_marker in content (e.g. Work: and So:)
-    thought_marker: str = ""
-    response_marker: str = ""
-    # the bearer token to require, never in the config itself: the environment variable named
-    # here, or a file readable by its owner only (chmod 400, as Kubernetes mounts secrets);
-    # default: $RATCHET_API_KEY, or the file named by $RATCHET_API_KEY_FILE
-    api_key_env: str = ""
-    api_key_file: str = ""
-    allow_no_auth: bool = False  # serve a non-loopback host without an API key (anyone who reaches it may sample)
-    limits: dict[str, Any] = field(default_factory=dict)  # request caps (search/serve/limits.py), e.g. {max_n: 16}
-    chat_max_tokens: int = 256  # max_tokens of chat requests that set none
-
-    renamed_fields: ClassVar[dict[str, str]] = {"actors": "sampler.num_actors", "num_actors": "sampler.num_actors",
-                                                "engine": "sampler.engine", "engine_kwargs": "sampler.engine_kwargs"}
-
-    def __post_init__(self):
-        if bool(self.model) == bool(self.experiment):
-            raise ValueError("serve needs exactly one model source: model=PATH (a checkpoint dir) or "
-                             "experiment=NAME (its registry's current version, or version=vN)")
-        if self.version and not self.experiment:
-            raise ValueError("version names a registry version: set experiment=NAME with it, not model")
-        if bool(self.thought_marker) != bool(self.response_marker):
-            raise ValueError("thought_marker and response_marker go together: set both (a thinking model) or neither")
-        if not 0 < self.port < 65536:
-            raise ValueError(f"port={self.port} must be in 1..65535")
-        if self.api_key_env and self.api_key_file:
-            raise ValueError("api_key_env and api_key_file: give one of them")
-
-
-def settings_from(cfg: ServeConfig, env: dict[str, str] | None = None) -> ServeSettings:
-    """The deployment's settings; the API key is read from the environment or a 0400 file."""
-    env = os.environ if env is None else env
-    try:
-        limits = ServeLimits.from_dict(cfg.limits)
-        api_key = _api_key(cfg, env)
-    except (ValueError, TypeError) as e:
-        raise ConfigError(str(e)) from None
-    if api_key is None and not _loopback(cfg.host) and not cfg.allow_no_auth:
-        raise ConfigError(f"host={cfg.host} accepts other machines, and no API key is set: set ${API_KEY_ENV} "
-                          f"(or ${API_KEY_FILE_ENV}, api_key_env=VAR, api_key_file=PATH), or allow_no_auth=true")
-    pool = replace(cfg.sampler, experiment=cfg.experiment or None)
-    checkpoint = pretrained.resolve_checkpoint(cfg.model) if cfg.model else None  # pretrained:<name> fetched once
-    return ServeSettings(pool=pool, checkpoint=checkpoint, version=cfg.version or None,
-                         model_name=cfg.model_name or None, api_key=api_key, limits=limits,
-                         chat_max_tokens=cfg.chat_max_tokens,
-                         reasoning=ReasoningSplit(cfg.thought_marker, cfg.response_marker)
-                         if cfg.thought_marker else None)
-
-
-def _api_key(cfg: ServeConfig, env) -> str | None:
-    if cfg.api_key_file:
-        return read_api_key_file(cfg.api_key_file)
-    if cfg.api_key_env:
-        if not env.get(cfg.api_key_env):
-            raise ValueError(f"api_key_env={cfg.api_key_env}: that environment variable is empty or unset; "
-                             "export it before starting serve")
-        return env[cfg.api_key_env]
-    return api_key_from_environment(env)
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
-
-
-def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, blocking: bool = True) -> str:
-    """Start Serve on the current Ray cluster (ray.init if needed); returns the base URL."""
-
-    if not ray.is_initialized():  # workers log like the jobs' (common.logs)
-        ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env=ray_runtime_env())
-    serve.start(http_options={"host": host, "port": port})
-    url = f"http://{host}:{port}/v1"
-    # the URL is what the user needs from this command: stdout, not a log line
-    print(f"starting {settings.served_name} at {url}" + (" (Ctrl-C stops)" if blocking else ""), flush=True)
-    # blocking=True: Serve's own wait loop, which shuts the app down on Ctrl-C.
-    serve.run(build_serve_app(settings), name=APP_NAME, route_prefix="/", blocking=blocking)
-    return url
-
-
-def _old_flag(argv: list[str]) -> str | None:
-    for arg in argv:
-        flag = arg.split("=", 1)[0]
-        if flag in OLD_FLAGS:
-            return (f"{flag} is gone: write {OLD_FLAGS[flag]} (serve takes --config and field=value "
-                    "overrides like every job; --help lists the fields)")
-    return None
 
 
 def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
     """(settings, host, port) from `--config FILE field=value ...`; exits 2 on a wrong config."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = config_parser(PROG, __doc__, ServeConfig)
-    old = _old_flag(argv)
+    old = old_flag(argv)
     if old:
         parser.exit(2, f"{PROG}: error: {old}\n")
     args = parser.parse_args(argv)
@@ -177,6 +61,8 @@ def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
             raise SystemExit(0)
         if cfg.model:
             need_checkpoint("model", cfg.model)
+            if not args.dry_run:  # pretrained:<name>: fetched and converted once, then its dir
+                cfg = replace(cfg, model=pretrained.resolve_checkpoint(cfg.model))
         settings = settings_from(cfg)
     except ConfigError as e:
         config_error(parser, e)
@@ -184,6 +70,39 @@ def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
         print(f"{PROG}: config checked; nothing started (--dry-run)")
         raise SystemExit(0)
     return settings, cfg.host, cfg.port
+
+
+def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, blocking: bool = True) -> str:
+    """Start Serve on the current Ray cluster (ray.init if needed); returns the base URL.
+
+    With `blocking`, serves until SIGTERM or SIGINT (from start-up on), then deletes the app and
+    shuts Serve and this driver's Ray down: a clean stop, no stack dump."""
+    if not ray.is_initialized():  # workers log like the jobs' (common.logs)
+        local_ray_auth()
+        ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env=ray_runtime_env())
+    if blocking:
+        raise_on_stop_signals()  # after ray.init, whose own SIGTERM handler dumps the stack
+    url = f"http://{host}:{port}/v1"
+    try:
+        serve.start(http_options={"host": host, "port": port})
+        serve.run(build_serve_app(settings), name=APP_NAME, route_prefix="/", blocking=False)
+        # the URL is what the user needs from this command: stdout, not a log line
+        print(f"serving {settings.served_name} at {url}" + (" (Ctrl-C or SIGTERM stops)" if blocking else ""),
+              flush=True)
+        if blocking:
+            wait_for_stop_signal()
+    except Stopped as stop:
+        log.info("stopping (%s): shutting down Serve and Ray", stop.name)
+        shutdown()
+        log.info("stopped")
+    return url
+
+
+def shutdown() -> None:
+    """Delete the app, stop Serve, leave Ray; each step tried even when one before it failed."""
+    for step in (lambda: serve.delete(APP_NAME), serve.shutdown, ray.shutdown):
+        with contextlib.suppress(Exception):
+            step()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from common.fmt import num
 from common.tracking import Tracker
 from evolution.backends import pool_verifier
 from evolution.config import ARC_DSL, SoarConfig
@@ -54,9 +55,9 @@ async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
 
 def headline(summary: dict[str, Any]) -> str:
     e = summary["iterations"][-1]
-    return (f"iteration {e['iteration']}: solved {e['solved']:.2f}/{e['tasks']} (oracle {e['oracle']:.2f}), "
-            f"{e['programs']} programs, hit rate {e['hit_rate']:.4f}, sampler busy {e['sampler_busy_frac']:.2f}, "
-            f"{e['wall_s']}s")
+    return (f"iteration {e['iteration']}: solved {num(e['solved'])}/{e['tasks']} (oracle {num(e['oracle'])}), "
+            f"{num(e['programs'])} programs, hit rate {num(e['hit_rate'])}, "
+            f"sampler busy {num(e['sampler_busy_frac'])}, {num(e['wall_s'])} s")
 
 
 JOB = runner.JobSpec(workload="soar", config_cls=SoarConfig, run=run, doc=__doc__, headline=headline,

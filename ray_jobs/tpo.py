@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from common.fmt import num
 from common.tracking import Tracker, training_args
 from ray_jobs import checks, runner
 from search.pool import SamplerPool
@@ -113,8 +114,8 @@ async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:
 
 def headline(s: dict[str, Any]) -> str:
     t, d = s["iterations"][-1], (s["baselines"]["direct"] or [{}])[-1]
-    return (f"iteration {t['iteration']}: TPO win rate vs seed {t['win_rate_vs_seed']:.3f}, vs direct "
-            f"{t.get('win_rate_vs_direct')}, direct baseline vs seed {d.get('win_rate_vs_seed')}")
+    return (f"iteration {t['iteration']}: TPO win rate vs seed {num(t['win_rate_vs_seed'])}, vs direct "
+            f"{num(t.get('win_rate_vs_direct'))}, direct baseline vs seed {num(d.get('win_rate_vs_seed'))}")
 
 
 JOB = runner.JobSpec(workload="tpo", config_cls=TpoConfig, run=run, doc=__doc__, headline=headline,

@@ -6,7 +6,7 @@ the gold answer, as verdict-only rows (`Q: ...\\nA: <candidate>\\nCheck: Verdict
 measures p(Verdict: 1) on held-out candidates: pooled and within-question AUC (search.scaling.pool)
 and Verification@16 against Consistency@16 with the curves code, each candidate's k_verif verdicts
 drawn from that probability. No Ray, no Redis; on 2 cores a pool of 24,000 candidates takes about
-1.5 min and 3,000 training steps about 8 min. The README's scaling section lists what it measured.
+1.5 min and 3,000 training steps about 8 min. docs/results.md (Scaling curves) lists what it measured.
 
     python scripts/own_verdict_probe.py pool --model models/scaling-arith-seed --questions 3000 --k 8 \\
         --seed 7 --out /tmp/ov/train.jsonl

@@ -1,6 +1,6 @@
 """One DPO round of the TPO demo outside the loop: sample pairs from a checkpoint once, then try
 DPO settings on them and measure held-out accuracy at temperature 0.8 (no Ray, no Redis; a
-setting takes about 30 s on 2 cores). The README's TPO section lists what it measured.
+setting takes about 30 s on 2 cores). docs/results.md (TPO) lists what it measured.
 
     python scripts/tpo_dpo_sweep.py pairs --arm thought --pairs /tmp/pairs.json
     python scripts/tpo_dpo_sweep.py train --arm thought --pairs /tmp/pairs.json --div 1 --lr 5e-5 --sft 1

@@ -4,6 +4,7 @@ value came from and the fix, with exit code 2, before Redis, Ray or a seed build
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import subprocess
 import sys
@@ -225,6 +226,38 @@ def test_ratchet_names_every_command_and_passes_help_through(capsys):
     assert code == 0 and "  judge.kind: 'programmatic' | 'reward_model' | 'pairwise' = 'programmatic'" in out
     code, _, err = run_cli(cli, ["sore"], capsys)
     assert code == 2 and "unknown command 'sore'; did you mean 'soar'?" in err
+
+
+def test_ratchet_help_lists_the_workloads_and_the_tools(capsys):
+    from ray_jobs import cli
+
+    code, out, _ = run_cli(cli, ["--help"], capsys)
+    listed = [line.split()[0] for line in out.split("commands:\n")[1].split("\n\n")[0].splitlines()]
+    assert code == 0 and listed == ["soar", "scaling", "tpo", "serve", "runs", "verify", "sft-demo"]
+
+
+def test_ratchet_names_itself_in_errors_and_a_job_run_directly_keeps_its_module_name(capsys):
+    from ray_jobs import cli
+
+    code, _, err = run_cli(cli, ["soar", "tasks.idz=[1e0a9b12]"], capsys)
+    assert "unknown field 'tasks.idz'" in one_line_error(code, err, "ratchet soar")
+    code, _, err = run_cli(soar, ["tasks.idz=[1e0a9b12]"], capsys)  # as `ray job submit` runs it
+    assert "unknown field 'tasks.idz'" in one_line_error(code, err, "python -m ray_jobs.soar")
+
+
+def test_ratchet_verify_runs_a_program_in_the_sandbox_and_passes_its_exit_code(tmp_path, capsys):
+    from ray_jobs import cli
+
+    task = tmp_path / "task.json"
+    task.write_text('{"train": [{"input": [[1, 2]], "output": [[2, 1]]}], "test": [{"input": [[3, 4]]}]}')
+    program = tmp_path / "prog.py"
+    program.write_text("def transform(grid):\n    return [row[::-1] for row in grid]\n")
+    code, out, _ = run_cli(cli, ["verify", "check", "--task", str(task), "--program", str(program)], capsys)
+    result = json.loads(out)
+    assert code == 0 and result["summary"]["train_correct"] == 1 and result["test"][0]["output"] == [[4, 3]]
+    code, _, err = run_cli(cli, ["verify", "check", "--task", str(tmp_path / "nope.json"), "--program",
+                                 str(program)], capsys)
+    assert code == 3 and "no such file" in err
 
 
 @pytest.mark.parametrize("bench", sorted(p.stem for p in (ROOT / "benchmarks").glob("bench_*.py")))

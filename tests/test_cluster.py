@@ -1,5 +1,5 @@
 """A multi-node run refuses without a shared Redis or with storage other nodes cannot read; the
-cluster recipe (README's `ray job submit` lines, deploy/) carries what such a run needs."""
+cluster recipe (docs/deploy.md's `ray job submit` lines, deploy/) carries what such a run needs."""
 
 from __future__ import annotations
 
@@ -67,9 +67,9 @@ def test_the_jobs_name_the_storage_every_node_reads():
     assert soar.JOB.shared_paths is checks.soar_shared_paths
 
 
-# --- the recipe: README's submit lines, the runtime env, the image and the RayJob -------------
+# --- the recipe: docs/deploy.md's submit lines, the runtime env, the image and the RayJob -------------
 def submit_lines(readme: str) -> dict[str, str]:
-    """README's `ray job submit` commands with a runtime env (continuation lines joined), by job."""
+    """docs/deploy.md's `ray job submit` commands with a runtime env (continuation lines joined), by job."""
     found = {}
     for line in readme.replace("\\\n", " ").splitlines():
         m = re.search(r"ray job submit .*--runtime-env .*-- python -m ray_jobs\.(\w+)", line)
@@ -81,7 +81,7 @@ def submit_lines(readme: str) -> dict[str, str]:
 @pytest.mark.parametrize("job", [soar, scaling, tpo])
 def test_readme_submit_lines_pass_the_multi_node_check_with_pinned_packages(job):
     name = job.__name__.rpartition(".")[2]
-    args = shlex.split(submit_lines((ROOT / "README.md").read_text())[name])
+    args = shlex.split(submit_lines((ROOT / "docs" / "deploy.md").read_text())[name])
     runtime_env = yaml.safe_load((ROOT / args[args.index("--runtime-env") + 1]).read_text())
     assert (ROOT / runtime_env["pip"]).name == "requirements.txt" and (ROOT / runtime_env["pip"]).exists()
     command = args[args.index("--") + 1:]

@@ -93,13 +93,20 @@ def test_an_actors_log_lines_reach_the_driver_formatted_and_without_secrets(ray_
 
 def test_progress_is_log_lines_without_a_terminal_and_bars_when_asked(caplog, monkeypatch, capsys):
     monkeypatch.setenv(progress.ENV_INTERVAL, "0")
-    with caplog.at_level(logging.INFO, logger="ratchet.progress"):
+    with caplog.at_level(logging.DEBUG, logger="ratchet.progress"):
         with progress.progress(total=3, desc="[test] phase", unit="q") as bar:  # pytest's stderr: no TTY
             with progress.progress(total=1, desc="[test] nested") as inner:  # tqdm moves the cursor for it
                 inner.update(1)
-            bar.update(3)
-    lines = [r.getMessage() for r in caplog.records if r.name == "ratchet.progress"]
+            bar.update(1)
+            bar.update(2)
+    records = [r for r in caplog.records if r.name == "ratchet.progress"]
+    lines = [r.getMessage() for r in records]
     assert lines[0].startswith("[test] phase: 0/3") and lines[-1].startswith("[test] phase: 3/3 (100%)")
+    # a phase's first and last lines are detail (run.log); the lines while it runs are its heartbeat
+    levels = {r.getMessage().split(" (")[0]: r.levelname for r in records}
+    assert (levels["[test] phase: 0/3"], levels["[test] phase: 1/3"], levels["[test] phase: 3/3"]) == (
+        "DEBUG", "INFO", "DEBUG")
+    assert not any(re.search(r"\d\.\d\d\S*/s", x) for x in lines), lines  # tqdm's rates, rounded
     assert "[test] nested: 1/1 (100%)" in "\n".join(lines)
     assert all("\r" not in x and "\x1b" not in x and x.startswith("[test] ") for x in lines), lines
     monkeypatch.setenv(progress.ENV_MODE, "bars")

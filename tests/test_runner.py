@@ -62,6 +62,31 @@ def test_a_job_that_finishes_is_done_with_its_config_on_disk(ray_local, store, t
     assert (record.headline, record.summary["iterations"]) == ("3 iterations", 3) and record.finished > 0
 
 
+def test_the_run_dir_keeps_the_whole_log_and_the_console_a_line_per_step(ray_local, store, tmp_path, experiment_name,
+                                                                       capsys):
+    from common.logs import setup_logging
+
+    setup_logging()  # the console handler, as a command has it
+
+    async def run(cfg: ToyConfig, ctx: runner.JobContext) -> dict:
+        await toy_run(cfg, ctx)  # logs its engine kwargs, a secret among them
+        step = logging.getLogger("evolution.toy")
+        step.info("iteration 1 (v1): solved 7 (+1)")
+        step.debug("seed 3: solved 6, hit rate 0.0121")  # the detail: run.log only
+        return {"iterations": 1}
+
+    spec = runner.JobSpec(workload="toy", config_cls=ToyConfig, run=run, doc="A toy job.")
+    cfg = runner.parse(spec, [f"experiment={experiment_name}", f"runs_dir={tmp_path}",
+                              f"engine_kwargs={{api_key: {SECRET}}}"])
+    runner.execute(spec, cfg, store)
+    text = (tmp_path / experiment_name / runner.RUN_LOG).read_text()
+    assert "iteration 1 (v1): solved 7 (+1)" in text and "DEBUG evolution.toy: seed 3: solved 6" in text
+    assert "engine kwargs" in text and SECRET not in text
+    err = capsys.readouterr().err
+    assert "iteration 1 (v1): solved 7 (+1)" in err and "seed 3" not in err
+    assert logging.getLogger("evolution").level == logging.NOTSET  # the run's levels end with it
+
+
 def test_a_job_that_raises_is_failed_with_the_error(ray_local, store, tmp_path, experiment_name):
     cfg = runner.parse(TOY, [f"experiment={experiment_name}", f"runs_dir={tmp_path}", "fail=true"])
     with pytest.raises(RuntimeError, match="toy job broke"):
@@ -206,17 +231,27 @@ def test_a_second_driver_refuses_and_a_killed_driver_reads_killed(ray_local, sto
     runner.execute(TOY, cfg, store, allow_config_change=True)
     assert store.experiments.get(experiment_name).status == "done"
 
-    stopped = _driver(tmp_path, f"{experiment_name}-t")
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stopped_driver_reads_killed_and_exits_without_a_stack_dump(ray_local, store, tmp_path, experiment_name,
+                                                                     signum, code):
+    stopped = _driver(tmp_path, experiment_name)
     try:
-        _until(lambda: f"{experiment_name}-t" in store.experiments.names()
-               and store.experiments.get(f"{experiment_name}-t").status == "running", "the second driver runs")
-        stopped.send_signal(signal.SIGTERM)  # as `ray job stop` does
-        stopped.wait(timeout=60)
+        _until(lambda: experiment_name in store.experiments.names()
+               and store.experiments.get(experiment_name).status == "running", "the driver runs")
+        stopped.send_signal(signum)  # SIGTERM as `ray job stop`, systemd and Kubernetes send; SIGINT as Ctrl-C
+        _, err = stopped.communicate(timeout=60)
     finally:
         stopped.kill()
-    record = store.experiments.get(f"{experiment_name}-t")
-    assert (record.status, record.error) == ("killed", "SystemExit: stopped by signal SIGTERM")
-    assert store.leases(f"{experiment_name}-t").holder() is None  # released at once, not after the TTL
+    name = signal.Signals(signum).name
+    record = store.experiments.get(experiment_name)
+    assert (record.status, record.error) == ("killed", f"Stopped: stopped by {name}")
+    assert store.leases(experiment_name).holder() is None  # released at once, not after the TTL
+    assert stopped.returncode == code  # 128 + the signal, as a shell reports it
+    err = err.decode()
+    assert f"toy stopped by {name}; its status is 'killed'" in err
+    assert "Traceback" not in err and "SIGTERM received" not in err and "Stack" not in err, err
 
 
 def test_a_job_longer_than_the_lease_ttl_keeps_its_lease(ray_local, store, tmp_path, experiment_name, monkeypatch):

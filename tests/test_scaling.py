@@ -220,7 +220,10 @@ def test_scaling_job_end_to_end_on_a_real_model(store, experiment_name, tmp_path
     assert set(saved["unparsable"]) == {"verdicts", "comparisons"}
     own = saved["own_verification"]
     assert own["correct_candidates"] + own["wrong_candidates"] == 16
-    assert "Paired differences" in (out / "report.md").read_text()
+    report = (out / "report.md").read_text()
+    # it opens with the comparison against the control (majority vote), then the curves
+    assert report.index("## Does verification beat majority voting? Paired differences") < report.index(
+        "## All questions")
     assert [p["k"] for p in saved["curves"]["verification"]] == [1, 2, 4]
     assert saved["heatmap"]["k_verif_values"] == [1, 2]
     bench = summary["verification_benchmark"]

@@ -86,6 +86,8 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
     assert "random-program prior" in report and "seed-only control" in report and "held-out solved" in report
     assert {"last_minus_seed_model", "last_minus_seed_only_control"} <= set(summary["comparisons"])
     assert "Paired differences" in report
+    # it opens with the table that answers "did it learn, against what control?"; the searches follow
+    assert report.index("## Did it learn? Models against controls") < report.index("## Searches")
     # held-out tasks were searched, in their own namespaces only: hindsight never saw them
     assert not store.archive(experiment_name).get_task(HELDOUT_ID)
     assert store.archive(experiment_name).get_task(EXTRA_ID)  # searched with the demo tasks ...

@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
+from common import fmt
 from common.progress import progress
 from common.sampling import Completion, Prompt, SamplingParams
 from common.tracking import Tracker
@@ -51,6 +52,20 @@ def load_instructions(source: str, n: int, seed: int) -> list[dict[str, str]]:
         if "id" not in r or "instruction" not in r:
             raise ValueError(f"instructions {source!r} returned a row without 'id' or 'instruction': {r!r}")
     return rows
+
+
+def step_line(arm: str, entry: dict[str, Any], previous: dict[str, Any] | None) -> str:
+    """One log line for an arm's measured iteration: its figures rounded, each with its change
+    since the iteration before (what a reader of the run wants to know)."""
+    parts = []
+    for name, label in (("accuracy", "accuracy"), ("score", "score"), ("win_rate_vs_seed", "win rate vs seed"),
+                        ("win_rate_vs_direct", "vs direct"), ("unparsable_rate", "unparsable")):
+        value, was = entry.get(name), (previous or {}).get(name)
+        if name == "score" and value == entry.get("accuracy"):
+            continue  # a programmatic judge's score is the accuracy: said once
+        if value is not None:
+            parts.append(f"{label} {fmt.num(value)}" + (f" ({fmt.delta(value - was)})" if was is not None else ""))
+    return f"{arm} iteration {entry['iteration']} ({entry['model_version']}): " + ", ".join(parts)
 
 
 def judge_items(instructions: list[dict[str, str]], groups: list[list[Sample]]) -> list[JudgeItem]:
@@ -268,8 +283,7 @@ class TpoLoop:
                     measured.get(("direct", it)) if arm == "thought" and cfg.baseline else None,
                     wins=wins, absolute=not self.comparative))
                 e = entries[arm][-1]
-                log.info("[%s it%d] %s: score %s, win rate vs seed %.3f, unparsable %.3f", arm, it,
-                         e["model_version"], e["score"], e["win_rate_vs_seed"], e["unparsable_rate"])
+                log.info("%s", step_line(arm, e, entries[arm][-2] if it else None))
                 self.tracker.log({k: v for k, v in e.items() if k != "iteration"}, step=it, prefix=arm)
             if it == cfg.iterations:
                 break
@@ -283,8 +297,9 @@ class TpoLoop:
                 pairs, counts = self.make_pairs(arm, it, groups)
                 t_train = time.time()
                 new = await self.train_and_publish(arm, it, pairs, start, counts)
-                log.info("[%s it%d] %d pairs (rho %.2f, %d ties) -> %s in %.0fs", arm, it, counts["pairs"],
-                         counts["rho"], counts["ties"], new.version, time.time() - started)
+                log.info("%s iteration %d: trained %s on %d pairs (rho %s, %d ties) in %s s", arm, it + 1,
+                         new.version, counts["pairs"], fmt.num(counts["rho"]), counts["ties"],
+                         fmt.num(time.time() - started))
                 nxt = info.setdefault((arm, it + 1), {})
                 nxt |= {"rho": counts["rho"], "pairs": counts["pairs"], "pair_counts": counts,
                         "train_s": round(time.time() - t_train, 2), "wall_s": round(time.time() - started, 2),

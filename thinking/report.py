@@ -87,11 +87,32 @@ def _fmt(x: Any) -> str:
     return "-" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
 
 
+METRIC_LABELS = {"win_rate_vs_seed": "win rate vs the seed answering directly\n(fraction of instructions)",
+                 "accuracy": "accuracy (fraction of instructions)"}
+
+
+def opening_table(summary: dict[str, Any]) -> list[str]:
+    """The table a reader opens the report for: did the thought arm learn, against the direct
+    baseline trained the same way? First and last iteration of each arm, and the change."""
+    metric = "accuracy" if (summary["iterations"] or [{}])[0].get("accuracy") is not None else "win_rate_vs_seed"
+    rows = ["\n## Did it learn?\n", f"Held-out {metric.replace('_', ' ')}, mean over sampling seeds "
+            f"{summary.get('seeds')}; the direct-answer baseline is the control.\n",
+            "| arm | first iteration | last iteration | change |", "|---|---|---|---|"]
+    for label, entries in (("TPO (thought)", summary["iterations"]),
+                           ("direct baseline, trained the same way", summary["baselines"].get("direct", []))):
+        if entries and entries[0].get(metric) is not None and entries[-1].get(metric) is not None:
+            first, last = entries[0], entries[-1]
+            rows.append(f"| {label} | {_fmt(first[metric])} (it {first['iteration']}) | {_fmt(last[metric])} "
+                        f"(it {last['iteration']}) | {last[metric] - first[metric]:+.3f} |")
+    return rows
+
+
 def plot(summary: dict[str, Any], path: Path, metric: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     arms = [("TPO (thought)", summary["iterations"]), ("direct baseline", summary["baselines"].get("direct", []))]
@@ -104,8 +125,9 @@ def plot(summary: dict[str, Any], path: Path, metric: str) -> None:
         hi = [max(e[f"{metric}_seeds"]) for e in entries]
         ax.plot(xs, ys, marker="o", label=label)
         ax.fill_between(xs, lo, hi, alpha=0.2)
-    ax.set_xlabel("iteration")
-    ax.set_ylabel(metric.replace("_", " "))
+    ax.set_xlabel("iteration (DPO rounds)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # iterations are whole: no 0.25 ticks
+    ax.set_ylabel(METRIC_LABELS.get(metric, metric.replace("_", " ")))
     ax.set_title("held-out instructions, mean and range over sampling seeds")
     ax.legend()
     fig.tight_layout()
@@ -125,6 +147,7 @@ def write(run_dir: Path, summary: dict[str, Any]) -> None:
     out = [f"# {summary.get('experiment', 'tpo')}: thought preference optimization\n",
            f"Judge: {summary.get('judge')}. Held-out instructions: {summary.get('heldout')}; "
            f"figures are means over sampling seeds {summary.get('seeds')} (per-seed values in summary.json).\n"]
+    out += opening_table(summary)
     for title, entries in (("TPO (thought prompt)", summary["iterations"]),
                            ("Direct-response baseline", summary["baselines"].get("direct", []))):
         if not entries:

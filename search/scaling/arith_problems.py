@@ -227,7 +227,7 @@ def seed_corpus(
     so for every step of candidates with independent slips (noisy_solution, check_trace);
     "verdict" judges the same noisy candidates with the verdict alone (" Verdict: 0"): with no
     written check there is no place to write its own solution instead of reading the candidate
-    (what the tiny model did with every written format; README lists what each one measured)."""
+    (what the tiny model did with every written format; docs/results.md lists what each one measured)."""
     if verify_fraction + compare_fraction > 1:
         raise ValueError("verify_fraction + compare_fraction must be <= 1")
     if check not in CHECKS:

@@ -250,8 +250,12 @@ def plot_curves(curves: Curves, out_dir: str | Path) -> list[Path]:
             ax.plot(k, [p.accuracy for p in pts], marker="o", label=LABELS.get(s, s))
             ax.fill_between(k, [p.ci_low for p in pts], [p.ci_high for p in pts], alpha=0.15)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("candidates k")
-        ax.set_ylabel("accuracy")
+        ks = sorted({p.k for s in curves.strategies() for p in curves.curve(s, subset)})  # type: ignore[arg-type]
+        if ks:  # the k that were measured, written as numbers (not 2^n), no minor ticks between them
+            ax.set_xticks(ks, [str(k) for k in ks])
+            ax.minorticks_off()
+        ax.set_xlabel("candidates per question (k)")
+        ax.set_ylabel("accuracy (fraction of questions)")
         title = "all questions" if subset == "all" else f"ambiguous questions ({curves.ambiguous})"
         ax.set_title(f"accuracy vs k, {title}")
         ax.grid(alpha=0.3)

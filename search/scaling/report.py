@@ -45,14 +45,8 @@ def report(cfg: ScalingConfig, summary: dict[str, Any]) -> str:
                            f"voting uses) {own['answer_frequency_auc']:.3f}; the mean verdict over all "
                            f"candidates pooled {own['pooled_auc']:.3f} (it also rewards knowing which questions "
                            "are hard, which does not help selection).\n")
-        for key, title in (("curves", "All questions"), ("curves_ambiguous", "Ambiguous questions")):
-            out += [f"\n## {title}, largest k\n", "| strategy | k | accuracy | 95% CI |", "|---|---|---|---|"]
-            for s, rows in summary[key].items():
-                if rows:
-                    r = rows[-1]
-                    out.append(f"| {LABELS.get(s, s)} | {r['k']} | {r['accuracy']:.3f} | "
-                               f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] |")
-        out += ["\n## Paired differences (same resampled questions), largest k\n",
+        out += ["\n## Does verification beat majority voting? Paired differences, largest k\n",
+                "Same resampled questions on both sides; the control is Consistency@k (majority vote).\n",
                 "| strategy - baseline | k | k_verif | difference | 95% CI |", "|---|---|---|---|---|"]
         last = max((d["k"] for d in summary["differences"]), default=None)
         for d in summary["differences"]:
@@ -60,6 +54,13 @@ def report(cfg: ScalingConfig, summary: dict[str, Any]) -> str:
                 out.append(f"| {LABELS.get(d['strategy'], d['strategy'])} - {LABELS.get(d['baseline'], d['baseline'])}"
                            f" | {d['k']} | {d['k_verif']} | {d['difference']:+.3f} | "
                            f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] |")
+        for key, title in (("curves", "All questions"), ("curves_ambiguous", "Ambiguous questions")):
+            out += [f"\n## {title}, largest k\n", "| strategy | k | accuracy | 95% CI |", "|---|---|---|---|"]
+            for s, rows in summary[key].items():
+                if rows:
+                    r = rows[-1]
+                    out.append(f"| {LABELS.get(s, s)} | {r['k']} | {r['accuracy']:.3f} | "
+                               f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}] |")
         amb = summary.get("heatmap_ambiguous", {}).get("accuracy")
         if amb:
             row = ", ".join(f"{kv}: {x:.3f}" for kv, x in zip(summary["heatmap_ambiguous"]["k_verif_values"],

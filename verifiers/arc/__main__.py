@@ -32,6 +32,7 @@ from verifiers.arc.executor import ArcExecutor
 from verifiers.arc.grids import ArcTask, GridError, load_tasks
 
 EXIT_MISSING, EXIT_MALFORMED, EXIT_INVALID_TASK = 3, 4, 5
+PROG = "python -m verifiers.arc"  # `ratchet verify` sets its own name
 
 
 class CliError(Exception):
@@ -142,7 +143,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m verifiers.arc", description=__doc__,
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     common = argparse.ArgumentParser(add_help=False)

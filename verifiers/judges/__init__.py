@@ -6,6 +6,7 @@ A judge's bad output (an unparsable verdict, a NaN score) comes back as a `Verdi
 ok=False and the reason, never dropped.
 """
 
-from verifiers.judges.base import JUDGES, Judge, JudgeItem, Verdict, make_judge
+from verifiers.judges.base import Judge, JudgeItem, Verdict
+from verifiers.judges.registry import JUDGES, make_judge
 
 __all__ = ["JUDGES", "Judge", "JudgeItem", "Verdict", "make_judge"]

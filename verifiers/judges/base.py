@@ -1,4 +1,8 @@
-"""The judge interface: score a batch of (instruction, response) items; a factory by name."""
+"""The judge interface: score a batch of (instruction, response) items.
+
+The judges import this module; the factory by name lives a layer up, in
+verifiers/judges/registry.py, so that no judge and its interface import each other.
+"""
 
 from __future__ import annotations
 
@@ -44,34 +48,6 @@ class Judge(Protocol):
     async def score(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         """One verdict per item, in order."""
         ...
-
-
-def _programmatic(**kw):
-    from verifiers.judges.programmatic import ProgrammaticJudge
-
-    return ProgrammaticJudge(**kw)
-
-
-def _reward_model(**kw):
-    from verifiers.judges.reward_model import RewardModelJudge
-
-    return RewardModelJudge(**kw)
-
-
-def _pairwise(**kw):
-    from verifiers.judges.pairwise import PairwiseJudge
-
-    return PairwiseJudge(**kw)
-
-
-# name -> factory(**kwargs); imported on use (the reward model pulls in torch).
-JUDGES = {"programmatic": _programmatic, "reward_model": _reward_model, "pairwise": _pairwise}
-
-
-def make_judge(name: str, **kwargs: Any) -> Judge:
-    if name not in JUDGES:
-        raise ValueError(f"judge {name!r} is unknown; choose one of {sorted(JUDGES)}")
-    return JUDGES[name](**kwargs)
 
 
 def check_verdicts(verdicts: Sequence[Verdict], items: Sequence[JudgeItem], source: str) -> list[Verdict]:
