@@ -74,3 +74,13 @@ def test_a_difference_is_marked_only_when_its_whole_interval_is_on_one_side_of_z
     line = comparison_lines({"last_minus_seed_model": {"solved_seeds": d}}, 2)[2]
     cell = line.split("|")[2]
     assert cell.endswith(f"]{mark} "), cell
+
+
+def test_one_seed_gives_a_mean_and_no_interval():
+    d = paired_difference([3.0], [1.0])
+    assert d["mean"] == 2.0 and d["sd"] is None and d["ci95"] is None
+
+
+def test_nothing_measured_compares_nothing():
+    assert comparisons([], {"seed_only_control": _entry([1, 2, 3])}) == {}
+    assert comparisons([{"iteration": 0}], {"seed_only_control": _entry([1, 2, 3])}) == {}
