@@ -19,7 +19,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: pretrained demo-real mutate cluster-demo chaos setup setup-vllm test-vllm vllm-workloads setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
+.PHONY: pretrained demo-real mutate cluster-demo chaos setup setup-vllm test-vllm vllm-workloads vllm-tpo setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -61,10 +61,14 @@ test-vllm: setup-vllm
 	$(VPY) -m pytest -p no:cacheprovider tests/test_vllm_cpu.py tests/test_vllm_engine.py
 
 # Every workload on sampler.engine=vllm with SmolLM2 on this CPU, each to its end with its report:
-# `ratchet serve` answering a chat through the openai client, a scaling run, one TPO iteration
+# `ratchet serve` answering a chat through the openai client and a scaling run
 # (configs/*-smollm-vllm.yaml; scripts/demo_real.py --engine vllm).
 vllm-workloads: setup-vllm
 	$(VPY) scripts/demo_real.py --engine vllm --workloads serve scaling
+
+# One TPO iteration on vLLM. Not in vllm-workloads (and so not in CI) yet: on 2026-12-02 it stopped
+# with "no DPO rows" (the thought arm 97% unparsable at v0; see docs/vllm-cpu.md).
+vllm-tpo: setup-vllm
 	$(VPY) scripts/demo_real.py --engine vllm --workloads tpo -- iterations=1
 
 # Proves from the registry's metadata alone (no GPU, no wheel downloads) that the GPU set
