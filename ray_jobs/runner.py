@@ -117,18 +117,8 @@ def init_ray() -> None:
     Workers run common.logs' setup hook (format, redaction); their output is forwarded to
     this driver, whose output is the job's `ray job logs`."""
     if not ray.is_initialized():
-        local_ray_auth()
         ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=True,
                  runtime_env=ray_runtime_env())
-
-
-def local_ray_auth(environ: dict[str, str] | None = None) -> None:
-    """A local Ray that ratchet starts uses token authentication, Ray's default for a new local
-    cluster, said explicitly: left unset, Ray prints a warning about that default into every
-    run's console. Joining a cluster (RAY_ADDRESS) or a user's own RAY_AUTH_MODE: untouched."""
-    env = os.environ if environ is None else environ
-    if not env.get("RAY_ADDRESS"):
-        env.setdefault("RAY_AUTH_MODE", "token")
 
 
 class Heartbeat:

@@ -35,7 +35,7 @@ from ray import serve
 from common.config import ConfigError, load_config, secret_values
 from common.logs import ray_runtime_env, setup_logging
 from ray_jobs.checks import need_checkpoint
-from ray_jobs.runner import config_error, config_parser, local_ray_auth, print_config
+from ray_jobs.runner import config_error, config_parser, print_config
 from ray_jobs.stopping import Stopped, raise_on_stop_signals, wait_for_stop_signal
 from search.serve import ServeSettings, build_serve_app
 from search.serve.config import ServeConfig, old_flag, settings_from
@@ -78,7 +78,6 @@ def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, b
     With `blocking`, serves until SIGTERM or SIGINT (from start-up on), then deletes the app and
     shuts Serve and this driver's Ray down: a clean stop, no stack dump."""
     if not ray.is_initialized():  # workers log like the jobs' (common.logs)
-        local_ray_auth()
         ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env=ray_runtime_env())
     if blocking:
         raise_on_stop_signals()  # after ray.init, whose own SIGTERM handler dumps the stack

@@ -88,17 +88,3 @@ def test_the_deprecation_trl_triggers_is_ignored_in_ratchets_training_calls_only
         assert seen == []
         model.is_gradient_checkpointing  # noqa: B018 (outside: the filter is not process-wide)
     assert [w.category for w in seen] == [FutureWarning]
-
-
-def test_a_local_ray_is_started_with_its_default_auth_said_explicitly():
-    from ray_jobs.runner import local_ray_auth
-
-    env: dict[str, str] = {}
-    local_ray_auth(env)  # Ray's own default, without its warning in every run's console
-    assert env == {"RAY_AUTH_MODE": "token"}
-    env = {"RAY_ADDRESS": "10.0.0.1:6379"}
-    local_ray_auth(env)  # joining a cluster: its settings, not ours
-    assert env == {"RAY_ADDRESS": "10.0.0.1:6379"}
-    env = {"RAY_AUTH_MODE": "disabled"}
-    local_ray_auth(env)  # the user's choice stands
-    assert env == {"RAY_AUTH_MODE": "disabled"}
