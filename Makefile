@@ -64,7 +64,7 @@ test-vllm: setup-vllm
 # `ratchet serve` answering a chat through the openai client and a scaling run
 # (configs/*-smollm-vllm.yaml; scripts/demo_real.py --engine vllm).
 vllm-workloads: setup-vllm
-	$(VPY) scripts/demo_real.py --engine vllm --workloads serve scaling
+	$(VPY) scripts/demo_real.py --engine vllm --fresh --workloads serve scaling
 
 # One TPO iteration on vLLM. Not in vllm-workloads (and so not in CI) yet: on 2026-12-02 it stopped
 # with "no DPO rows" (the thought arm 97% unparsable at v0; see docs/vllm-cpu.md).

