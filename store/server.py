@@ -11,6 +11,7 @@ can all reach: set RATCHET_REDIS_URL.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -258,13 +259,17 @@ def stop_local_server(data_dir: Path | None = None, kill: bool = False) -> bool:
         return True
     if not _alive(state):
         return False
-    client = redis.Redis(unix_socket_path=state.socket, password=state.password, socket_timeout=10, retry=None)
-    try:
-        client.shutdown()
-    except redis.ConnectionError:
-        pass  # the server closes the connection as it exits: that is success
-    _wait_gone(state.pid)
+    shutdown(redis.Redis(unix_socket_path=state.socket, password=state.password, socket_timeout=10, retry=None),
+             state.pid)
     return True
+
+
+def shutdown(client: redis.Redis, pid: int) -> None:
+    """SHUTDOWN (which flushes the AOF) through `client`, then wait for process `pid` to go. The
+    server closes the connection as it exits, so a ConnectionError here is the success."""
+    with client, contextlib.suppress(redis.ConnectionError):
+        client.shutdown()
+    _wait_gone(pid)
 
 
 def _wait_gone(pid: int, timeout: float = 10.0) -> None:

@@ -25,8 +25,8 @@ from store.server import (
     START_TIMEOUT_S,
     _private_dir,
     _redis_server_binary,
-    _wait_gone,
     _write_private,
+    shutdown,
 )
 
 RAY_PORT = 6379  # Ray's head takes it: never ours
@@ -75,13 +75,8 @@ def start_tcp_server(data_dir: Path, *, host: str, port: int) -> TcpServer:
 
 def stop_tcp_server(server: TcpServer) -> None:
     """Stop it (SHUTDOWN flushes the AOF) and wait for the process to go."""
-    try:
-        with redis.Redis(host=server.host, port=server.port, password=server.password, socket_timeout=10,
-                         retry=None) as client:
-            client.shutdown()
-    except redis.ConnectionError:
-        pass  # it closes the connection as it exits: success
-    _wait_gone(server.pid)
+    shutdown(redis.Redis(host=server.host, port=server.port, password=server.password, socket_timeout=10,
+                         retry=None), server.pid)
 
 
 def write_url_file(url: str, path: Path) -> None:
