@@ -200,16 +200,7 @@ class VLLMEngine:
                 llm.wake_up(tags=["kv_cache"])
                 llm.reset_prefix_cache()
             except Exception as rollback:  # last resort: a fresh engine on the previous checkpoint
-                log.error("vllm engine: restoring %s in place failed (%s); restarting on it", previous, rollback)
-                self._shutdown()
-                try:
-                    self._start(vllm, previous)
-                except Exception:
-                    self.version = self.checkpoint = None
-                    raise RuntimeError(
-                        f"loading {checkpoint} failed ({failure}) and restoring {previous} failed too; "
-                        "the engine is stopped: call load() again"
-                    ) from failure
+                self._restart_on(vllm, previous, rollback, failure, f"loading {checkpoint}")
             raise RuntimeError(
                 f"loading {checkpoint} in place failed: {failure!r}; the engine still serves {previous} "
                 f"({self.version}). If the checkpoint is sound, this vLLM may not support in-place weight "
@@ -217,6 +208,18 @@ class VLLMEngine:
             ) from failure
         llm.wake_up(tags=["kv_cache"])
         llm.reset_prefix_cache()  # cached prefixes were computed with the old weights
+
+    def _restart_on(self, vllm: Any, previous: str, rollback: Exception, failure: Exception, what: str) -> None:
+        """The last resort after a failed switch whose in-place rollback failed too: a fresh engine
+        on the previous checkpoint; if even that fails, the engine is stopped and says so."""
+        log.error("vllm engine: restoring %s in place failed (%s); restarting on it", previous, rollback)
+        self._shutdown()
+        try:
+            self._start(vllm, previous)
+        except Exception:
+            self.version = self.checkpoint = None
+            raise RuntimeError(f"{what} failed ({failure}) and restoring {previous} failed too; "
+                               "the engine is stopped: call load() again") from failure
 
     def _in_place(self, vllm: Any, load: Any, what: str) -> None:
         """Run `load` (weights into the live workers, no sleep mode); on failure reload the
@@ -232,14 +235,7 @@ class VLLMEngine:
             try:
                 self._reload(previous)
             except Exception as rollback:
-                log.error("vllm engine: restoring %s in place failed (%s); restarting on it", previous, rollback)
-                self._shutdown()
-                try:
-                    self._start(vllm, previous)
-                except Exception:
-                    self.version = self.checkpoint = None
-                    raise RuntimeError(f"{what} failed ({failure}) and restoring {previous} failed too; "
-                                       "the engine is stopped: call load() again") from failure
+                self._restart_on(vllm, previous, rollback, failure, what)
             self.llm.reset_prefix_cache()
             raise RuntimeError(f"{what} in place failed: {failure!r}; the engine still serves {previous} "
                                f"({self.version})") from failure
