@@ -41,16 +41,11 @@ def seed_figures(samples: list[Sample], reference: list[Sample], direct: list[Sa
     """One sampling seed's figures. `absolute`: the judge's scores compare across calls (a
     comparative judge's do not: its score, accuracy and score-based win rates are left out)."""
     scores = [s.score for s in samples if s.score is not None]
-    if not absolute:
-        return {"score": None, "win_rate_vs_seed": None, "win_rate_vs_direct": None, "accuracy": None,
-                "thought_len": float(np.mean([len(s.thought) for s in samples])),
-                "response_len": float(np.mean([len(s.response) for s in samples])),
-                "unparsable_rate": float(np.mean([not s.parsed for s in samples]))}
     return {
-        "score": float(np.mean(scores)) if scores else None,
-        "win_rate_vs_seed": win_rate(samples, reference),
-        "win_rate_vs_direct": win_rate(samples, direct) if direct is not None else None,
-        "accuracy": float(np.mean([s.score == 1.0 for s in samples])) if binary else None,
+        "score": float(np.mean(scores)) if scores and absolute else None,
+        "win_rate_vs_seed": win_rate(samples, reference) if absolute else None,
+        "win_rate_vs_direct": win_rate(samples, direct) if direct is not None and absolute else None,
+        "accuracy": float(np.mean([s.score == 1.0 for s in samples])) if binary and absolute else None,
         "thought_len": float(np.mean([len(s.thought) for s in samples])),
         "response_len": float(np.mean([len(s.response) for s in samples])),
         "unparsable_rate": float(np.mean([not s.parsed for s in samples])),
