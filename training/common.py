@@ -33,7 +33,7 @@ from transformers.trainer_callback import PrinterCallback, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from common import fmt
-from training.checkpoints import finalize_checkpoint, validate_checkpoint
+from training.checkpoints import finalize_checkpoint, is_seed_model, validate_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +107,6 @@ def load_model(path: str):
 def lora_args(lora: bool | None, fields: Any, checkpoint: str) -> dict[str, Any]:
     """SFT/DPO job fields from a workload config's lora, lora_r, lora_alpha, lora_targets;
     `lora=None` chooses by the model the workload started from (`checkpoint`)."""
-    from training.checkpoints import is_seed_model
-
     use = (not is_seed_model(checkpoint)) if lora is None else lora
     return {"lora": use, "lora_r": fields.lora_r, "lora_alpha": fields.lora_alpha,
             "lora_target_modules": fields.lora_targets}
