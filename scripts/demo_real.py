@@ -110,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.time()
         try:
             if name == "serve":
-                results[name] = f"ok ({round(time.time() - started)} s): {served_chat(engine=args.engine)!r}"
+                reply = served_chat(engine=args.engine)
+                results[name] = f"ok ({round(time.time() - started)} s): {reply!r}"
             else:
                 out = run_job(name, args.overrides, args.engine, time.strftime("%Y%m%d-%H%M%S") if args.fresh else "")
                 results[name] = f"ok ({out['wall_s']} s): {out['report']}"

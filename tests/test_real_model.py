@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -71,10 +72,13 @@ def test_the_real_model_serves_a_chat_through_the_openai_client(ray_local, smoll
 
 
 def _job(name: str, tmp_path: Path, overrides: list[str]) -> dict:
+    # A new experiment each run: Redis under $RATCHET_HOME outlives the test, and a run of an earlier
+    # config under the same name would be refused (rightly) as a changed config.
+    experiment = f"real-{name}-test-{uuid.uuid4().hex[:8]}"
     cmd = [sys.executable, "-m", f"ray_jobs.{name}", "--config", f"configs/{name}-smollm.yaml",
-           f"experiment=real-{name}-test", f"runs_dir={tmp_path}", *overrides]
+           f"experiment={experiment}", f"runs_dir={tmp_path}", *overrides]
     subprocess.run(cmd, check=True)
-    summary = tmp_path / f"real-{name}-test" / "summary.json"
+    summary = tmp_path / experiment / "summary.json"
     assert (summary.with_name("report.md")).exists()
     return json.loads(summary.read_text(), parse_constant=lambda c: pytest.fail(f"summary.json holds {c}"))
 

@@ -551,7 +551,7 @@ def test_transformers_bf16_and_vllm_agree_on_gpu(gpu_models):
         engine.close()
 
 
-@pytest.mark.parametrize("name", ["scaling", "tpo"])
+@pytest.mark.parametrize("name", ["scaling", "tpo", "soar"])
 def test_vllm_configs_differ_from_their_transformers_twins_only_in_the_sampler(name):
     """configs/<name>-smollm-vllm.yaml is the same experiment on vLLM: it must not drift."""
     import yaml

@@ -147,7 +147,7 @@ def demo_seed():
     """The recipe of the shipped seed model models/tpo-arith-seed."""
     from training.seed import SeedConfig
 
-    # Measured on 256 held-out instructions (README, TPO section). The earlier seed (half thought rows, half of those
+    # Measured on 256 held-out instructions (docs/results.md, TPO). The earlier seed (half thought rows, half of those
     # with one wrong step in the completion) learned to slip: 47% of its steps wrong at temperature 0.8, and right
     # answers reached through wrong working. Without wrong steps it stopped working from the previous value (greedy
     # thought 0.43); slips moved into the prompt (carried_slip) fixed that, and 6,000 steps with more thought rows
