@@ -66,6 +66,9 @@ class SearchConfig:
     constrain: bool = False
     max_prompt_chars: int | None = None  # compact refinement prompts drop feedback grids to fit (small contexts)
     one_shot: bool = True  # numpy style: show one solved example from another task
+    # ... among those whose own prompt fits this many characters (numpy grids cost about a token a
+    # character): a 20x20 example made a 3x3 task's prompt 4,900 tokens, past small models' contexts
+    one_shot_max_chars: int | None = 2000
     rex_c: float = 20.0  # REX: theta ~ Beta(1 + C*h, 1 + C*(1-h) + N)
     pool_size: int = 64  # programs in the balanced refinement pool
     tasks_in_flight: int = 8  # tasks searched concurrently (keeps samplers busy)

@@ -95,6 +95,16 @@ def extra_tasks(cfg: SoarConfig, tasks: dict[str, ArcTask], heldout: dict[str, A
     return extra | {t.id: t for t in others[:ts.extra_limit]}
 
 
+def one_shot_examples(max_chars: int | None, shown_never: set[str]) -> dict[str, tuple[ArcTask, str]]:
+    """The solved ARC-train tasks a numpy-style prompt may show as its one-shot example: never a
+    searched or held-out task (its code in a prompt would leak it), and only those whose own
+    prompt fits `max_chars`."""
+    arc1 = load_split("arc1-train")
+    return {tid: (arc1[tid], code) for tid, code in SOLUTIONS.items()
+            if tid in arc1 and tid not in shown_never
+            and (max_chars is None or len(sampling_prompt(arc1[tid], "numpy")) <= max_chars)}
+
+
 def base_model(cfg: SoarConfig, store: Store, task_ids: list[str]) -> ModelVersion:
     """The experiment's first version: on a fresh experiment, the configured checkpoint or the
     seed model (built, or reused from the cache), published as v0."""
@@ -239,10 +249,7 @@ class SoarLoop:
         if not (self.cfg.search.one_shot and self.cfg.search.prompt_style == "numpy"):
             return {}
         if self._examples is None:  # searches, measurements and hindsight rows all show these
-            arc1 = load_split("arc1-train")
-            shown_never = {*self.tasks, *self.heldout}  # a held-out task's code in a prompt would leak it
-            self._examples = {tid: (arc1[tid], code) for tid, code in SOLUTIONS.items()
-                              if tid in arc1 and tid not in shown_never}
+            self._examples = one_shot_examples(self.cfg.search.one_shot_max_chars, {*self.tasks, *self.heldout})
         return self._examples
 
     async def learn(self, iteration: int, current: ModelVersion) -> tuple[ModelVersion, dict[str, Any]]:

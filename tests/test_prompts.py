@@ -177,3 +177,17 @@ def test_one_shot_example_is_stable_and_never_the_task_itself():
     assert one_shot_example("a", examples) == one_shot_example("a", dict(reversed(examples.items())))
     assert all(one_shot_example(t, examples)[0] != t for t in examples)
     assert one_shot_example("a", {"a": ("a", "x")}) is None
+
+
+def test_one_shot_examples_never_show_searched_or_held_out_tasks_and_fit_the_budget():
+    """A held-out task's code in a prompt leaks its answer; a 20x20 example (00d62c1b, 4,900
+    characters) once made a 3x3 task's prompt 4,900 tokens, past SmolLM2's 4,096 in the config."""
+    from evolution.loop import one_shot_examples
+    from evolution.prompts import sampling_prompt
+
+    every = one_shot_examples(None, set())
+    assert "00d62c1b" in every and "74dd1130" in every
+    fitting = one_shot_examples(2000, {"74dd1130", "3c9b0459"})
+    assert "00d62c1b" not in fitting and not {"74dd1130", "3c9b0459"} & set(fitting)
+    assert fitting and all(len(sampling_prompt(task, "numpy")) <= 2000 for task, _ in fitting.values())
+    assert set(every) - set(fitting) == {"00d62c1b", "74dd1130", "3c9b0459"}
