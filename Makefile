@@ -19,7 +19,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: pretrained demo-real mutate cluster-demo chaos setup setup-vllm test-vllm vllm-workloads vllm-tpo setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
+.PHONY: pretrained demo-real mutate cluster-demo chaos setup setup-vllm test-vllm vllm-workloads setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -61,15 +61,10 @@ test-vllm: setup-vllm
 	$(VPY) -m pytest -p no:cacheprovider tests/test_vllm_cpu.py tests/test_vllm_engine.py
 
 # Every workload on sampler.engine=vllm with SmolLM2 on this CPU, each to its end with its report:
-# `ratchet serve` answering a chat through the openai client and a scaling run
-# (configs/*-smollm-vllm.yaml; scripts/demo_real.py --engine vllm).
+# `ratchet serve` answering a chat through the openai client, then scaling, TPO and SOAR
+# (configs/*-smollm-vllm.yaml; scripts/demo_real.py --engine vllm), under new experiment names.
 vllm-workloads: setup-vllm
-	$(VPY) scripts/demo_real.py --engine vllm --fresh --workloads serve scaling
-
-# One TPO iteration on vLLM. Not in vllm-workloads (and so not in CI) yet: on 2026-12-02 it stopped
-# with "no DPO rows" (the thought arm 97% unparsable at v0; see docs/vllm-cpu.md).
-vllm-tpo: setup-vllm
-	$(VPY) scripts/demo_real.py --engine vllm --workloads tpo -- iterations=1
+	$(VPY) scripts/demo_real.py --engine vllm --fresh
 
 # Proves from the registry's metadata alone (no GPU, no wheel downloads) that the GPU set
 # resolves and that the CPU set is unchanged. Not part of `make test`: it needs the registry.
@@ -136,9 +131,12 @@ pretrained: setup
 	$(PY) -m training.pretrained fetch smollm2-135m-instruct
 
 # The real-model demo: SmolLM2-135M-Instruct (fetched by `make pretrained`'s step) served as a chat
-# through the openai client, then the scaling, TPO and SOAR workloads on configs/*-smollm.yaml.
-demo-real: setup
-	$(PY) scripts/demo_real.py
+# through the openai client, then the scaling, TPO and SOAR workloads, each writing its report. On
+# vLLM's CPU build (configs/*-smollm-vllm.yaml, .venv-vllm): it samples 5-9x the transformers
+# engine's tokens/s here (docs/vllm-cpu.md). REAL_ENGINE=transformers: configs/*-smollm.yaml on .venv.
+REAL_ENGINE ?= vllm
+demo-real: $(if $(filter vllm,$(REAL_ENGINE)),setup-vllm,setup)
+	$(if $(filter vllm,$(REAL_ENGINE)),$(VPY),$(PY)) scripts/demo_real.py --engine $(REAL_ENGINE)
 
 # Rebuild the embedded seed models in models/ from their recipes (training/embedded.py). Only
 # when a recipe changes: every rebuild adds megabytes to the repository's history.

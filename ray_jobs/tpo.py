@@ -30,10 +30,11 @@ from thinking.config import TpoConfig
 from thinking.loop import TpoLoop
 from thinking.state import TpoState
 from training import pretrained
-from training.checkpoints import clean_scratch, discard_unpublished
+from training.checkpoints import clean_scratch, discard_unpublished, is_chat_model
 from training.common import lora_args
 from training.dpo import DPOJobConfig, train_dpo_remote
 from verifiers.judges import make_judge as build
+from verifiers.judges.pairwise import CHOICE_REGEX
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,11 @@ def make_judge(cfg: TpoConfig):
         engine = OpenAIEngine(j.base_url, model=j.model or None, api_key=os.environ.get("OPENAI_API_KEY"))
         return build("pairwise", generate=engine.agenerate, **j.kwargs), None
     if j.kind == "pairwise":
-        pool = SamplerPool(replace(cfg.sampler, num_actors=1, experiment=None), checkpoint=resolve(j.checkpoint))
-        return build("pairwise", generate=pool.generate, **j.kwargs), pool
+        checkpoint = resolve(j.checkpoint)
+        pool = SamplerPool(replace(cfg.sampler, num_actors=1, experiment=None), checkpoint=checkpoint)
+        # its own pool constrains the verdict to one letter; a chat judge is asked through its template
+        kwargs = {"chat": is_chat_model(checkpoint), "regex": CHOICE_REGEX} | j.kwargs
+        return build("pairwise", generate=pool.generate, **kwargs), pool
     return build("programmatic", **j.kwargs), None
 
 

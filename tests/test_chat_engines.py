@@ -97,3 +97,30 @@ def test_engine_kwargs_of_another_engine_are_refused_when_the_config_loads():
     PoolConfig(engine="openai", engine_kwargs={"base_url": "http://x/v1", "api_key_env": "KEY"})  # a reference is fine
     with pytest.raises(ValueError, match="are not arguments of the openai engine"):
         PoolConfig(engine="openai", engine_kwargs={"base_url": "http://x/v1", "batch_size": 8})
+
+
+# --- a pairwise judge on a real engine ------------------------------------------------------
+
+def test_a_pool_judge_asks_a_chat_model_through_its_template_and_every_verdict_parses(engine):
+    """The pairwise judge sent a chat model raw text, and a small model's free reply rarely began
+    with A or B (every such verdict was lost). Through the template and under CHOICE_REGEX, each
+    of the 6 comparisons (3 pairs x both orders) parses, whatever the model would have said."""
+    import asyncio
+
+    from verifiers.judges import JudgeItem, make_judge
+    from verifiers.judges.pairwise import CHOICE_REGEX
+
+    seen: list = []
+
+    async def generate(prompts, params):
+        seen.extend(prompts)
+        return engine.generate(prompts, params)
+
+    items = [JudgeItem("map 3 1 4 =>", r, group="g") for r in ("3 1 4", "4 1 3", "7")]
+    free = asyncio.run(make_judge("pairwise", generate=generate).score(items))
+    assert sum((v.detail or {}).get("unparsable", 1) for v in free) > 0  # the model's own words: not a verdict
+    seen.clear()
+    judge = make_judge("pairwise", generate=generate, chat=True, regex=CHOICE_REGEX)
+    verdicts = asyncio.run(judge.score(items))
+    assert len(seen) == 6 and all(p[0]["role"] == "user" and "Response A" in p[0]["content"] for p in seen)
+    assert all(v.ok and v.detail["unparsable"] == 0 and v.detail["comparisons"] == 4 for v in verdicts)

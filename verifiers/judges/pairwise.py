@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from common.sampling import Generate, SamplingParams
+from common.sampling import Generate, Prompt, SamplingParams
 from verifiers.judges.base import JudgeItem, Verdict, check_verdicts
 
 PAIR_PROMPT = (
@@ -26,6 +26,7 @@ PAIR_PROMPT = (
     "Instruction: {instruction}\n\nResponse A: {a}\n\nResponse B: {b}\n\nBetter response:"
 )
 VERDICT = re.compile(r"^\W*(?:response\s+)?([AB])\b", re.IGNORECASE)
+CHOICE_REGEX = "[AB]"  # a constrained verdict: one letter, always parsable
 
 
 def parse_choice(text: str) -> int | None:
@@ -58,11 +59,14 @@ class PairwiseJudge:
     comparative = True
 
     def __init__(self, generate: Generate, template: str = PAIR_PROMPT, max_tokens: int = 4,
-                 temperature: float = 0.0, seed: int | None = 0):
+                 temperature: float = 0.0, seed: int | None = 0, chat: bool = False, regex: str | None = None):
+        """`chat`: each prompt is one user message (a chat model's template applies); `regex`:
+        the verdict decoded under it (e.g. CHOICE_REGEX, so every verdict parses), for engines
+        that constrain (the pool's transformers and vllm; not every OpenAI-compatible server)."""
         if "{a}" not in template or "{b}" not in template or "{instruction}" not in template:
             raise ValueError("judge.kwargs.template must contain {instruction}, {a} and {b}")
-        self.generate, self.template = generate, template
-        self.params = SamplingParams(n=1, temperature=temperature, max_tokens=max_tokens, seed=seed)
+        self.generate, self.template, self.chat = generate, template, chat
+        self.params = SamplingParams(n=1, temperature=temperature, max_tokens=max_tokens, seed=seed, regex=regex)
 
     async def score(self, items: Sequence[JudgeItem]) -> list[Verdict]:
         groups: dict[str, list[int]] = defaultdict(list)
@@ -72,8 +76,9 @@ class PairwiseJudge:
         for g, idx in groups.items():
             for a, b in itertools.combinations(idx, 2):
                 jobs += [(g, a, b), (g, b, a)]
-        prompts = [self.template.format(instruction=items[a].instruction, a=items[a].response,
-                                        b=items[b].response) for _, a, b in jobs]
+        texts = [self.template.format(instruction=items[a].instruction, a=items[a].response, b=items[b].response)
+                 for _, a, b in jobs]
+        prompts: list[Prompt] = [[{"role": "user", "content": t}] for t in texts] if self.chat else list(texts)
         rows = await self.generate(prompts, self.params) if prompts else []
         local = {i: k for idx in groups.values() for k, i in enumerate(idx)}
         wins = {g: np.zeros((len(idx), len(idx))) for g, idx in groups.items()}
