@@ -15,6 +15,7 @@ exit code is non-zero if any failed, and the closing table says which.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -75,15 +76,22 @@ def served_chat(timeout_s: float = 600.0, engine: str = "transformers") -> str:
             server.wait()
 
 
+def demo_experiment(cfg: Path, overrides: list[str]) -> str:
+    """The config's experiment name and a digest of its text and overrides: rerunning the demo
+    resumes its own run, and a changed config (a newer checkout, other overrides) starts a new
+    experiment instead of being refused as a changed config of the old one."""
+    name = next(line.split(":", 1)[1].strip() for line in cfg.read_text().splitlines()
+                if line.startswith("experiment:"))
+    digest = hashlib.sha256("\n".join([cfg.read_text(), *overrides]).encode()).hexdigest()[:8]
+    return f"{name}-{digest}"
+
+
 def run_job(name: str, overrides: list[str], engine: str = "transformers", fresh: str = "") -> dict:
     """One workload as its own job; `fresh`: a suffix making its experiment new (nothing resumed)."""
     cfg = ROOT / "configs" / f"{name}-smollm{'-vllm' if engine == 'vllm' else ''}.yaml"
-    experiment = next(line.split(":", 1)[1].strip() for line in cfg.read_text().splitlines()
-                      if line.startswith("experiment:"))
-    experiment = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), experiment)
-    if fresh:
-        experiment = f"{experiment}-{fresh}"
-        overrides = [*overrides, f"experiment={experiment}"]
+    named = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), None)
+    experiment = (named or demo_experiment(cfg, overrides)) + (f"-{fresh}" if fresh else "")
+    overrides = [*(o for o in overrides if not o.startswith("experiment=")), f"experiment={experiment}"]
     started = time.time()
     subprocess.run([sys.executable, "-m", f"ray_jobs.{name}", "--config", str(cfg), *overrides], cwd=ROOT, check=True)
     summary = ROOT / "runs" / experiment / "summary.json"

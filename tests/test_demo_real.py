@@ -1,0 +1,29 @@
+"""scripts/demo_real.py names each workload's experiment by its config's content: a rerun resumes
+its own run, and a changed config starts anew instead of being refused. On 2026-12-03 a fresh
+clone's `make demo-real` met the machine's Redis holding `scaling-smollm-vllm` from an earlier
+config, and the job (rightly) refused to resume it."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _demo():
+    spec = importlib.util.spec_from_file_location("demo_real", ROOT / "scripts" / "demo_real.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_demo_experiments_follow_the_config_and_its_overrides(tmp_path):
+    demo = _demo()
+    cfg = tmp_path / "tpo-smollm.yaml"
+    cfg.write_text("experiment: tpo-smollm\niterations: 2\n")
+    first = demo.demo_experiment(cfg, [])
+    assert first.startswith("tpo-smollm-") and first == demo.demo_experiment(cfg, [])  # a rerun resumes
+    assert demo.demo_experiment(cfg, ["iterations=1"]) != first  # other overrides: another experiment
+    cfg.write_text("experiment: tpo-smollm\niterations: 3\n")
+    assert demo.demo_experiment(cfg, []) != first  # a changed config: another experiment
