@@ -323,7 +323,7 @@ class SamplerPool:
                 versions = await self.load_weights(weights, version.version, version.checkpoint, version.files)
             except Exception as e:
                 if mode == "memory":
-                    raise
+                    raise unwrap(e) from e  # the actor's own error: weights that do not fit, say
                 path, note = "disk", f"the in-memory load failed: {unwrap(e)}"
                 log.warning("sampler.weight_sync=auto: %s; loading %s from its checkpoint", note, version.version)
         if path == "disk":
