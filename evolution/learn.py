@@ -35,6 +35,7 @@ class Trained:
     rows: int
     dataset_s: float
     train_s: float
+    weights: Any = None  # with weights=True: an ObjectRef of the state dict (or of None); drop it after the switch
 
 
 def seed_corpus_kwargs(cfg: SoarConfig, task_ids: list[str]) -> dict[str, Any]:
@@ -77,10 +78,13 @@ def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], ite
 async def train_and_publish(learn: LearnConfig, store: Store, *, registry: str, rows: list[dict[str, str]],
                             start: ModelVersion, storage: Path, data_name: str, name: str, steps: int,
                             seed: int, note: str, parent: str | None, metrics: dict[str, Any],
-                            train_args: dict[str, Any] | None = None, base_checkpoint: str = "") -> Trained:
+                            train_args: dict[str, Any] | None = None, base_checkpoint: str = "",
+                            weights: bool = False) -> Trained:
     """rows -> `storage/data/<data_name>` -> SFT from `start` for `steps` ->
     `storage/checkpoints/<name>` -> published in `registry` with `note` (how a restarted job
-    finds it again). `train_args`: more SFTJobConfig fields (report_to: common.tracking)."""
+    finds it again). `train_args`: more SFTJobConfig fields (report_to: common.tracking).
+    `weights`: the task also hands back the trained state dict through Ray's object store
+    (Trained.weights, for SamplerPool.switch)."""
     started = time.time()
     final = storage / "checkpoints" / name
     discard_unpublished(final, store.models(registry).list())  # a killed run's, never a published one
@@ -97,11 +101,16 @@ async def train_and_publish(learn: LearnConfig, store: Store, *, registry: str, 
     )
     log.info("%s: SFT from %s, %d steps on %d rows", note, start.version, steps, len(rows))
     started = time.time()
-    result = await train_sft_remote(sft, str(data_dir.resolve()), learn.num_cpus)
+    weights_ref = None
+    if weights:
+        result_ref, weights_ref = train_sft_remote(sft, str(data_dir.resolve()), learn.num_cpus, weights=True)
+        result = await result_ref
+    else:
+        result = await train_sft_remote(sft, str(data_dir.resolve()), learn.num_cpus)
     train_s = round(time.time() - started, 2)
     version = publish(store, registry, result.checkpoint, parent=parent,
                       metrics=result.metrics | {"rows": len(rows), "dataset": str(data_dir)} | metrics, note=note)
-    return Trained(version, len(rows), dataset_s, train_s)
+    return Trained(version, len(rows), dataset_s, train_s, weights_ref)
 
 
 def find_published(store: Store, registry: str, note: str) -> ModelVersion | None:

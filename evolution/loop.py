@@ -7,7 +7,9 @@
 
 A plain class with one method per step (as OpenRLHF's trainer holds its loop in `fit`): the
 job file only wires Ray pools into it, and a test can hand it an in-process engine. The
-sampler is anything with SamplerPool's `submit`, `stats`, `load_checkpoint` and `version`.
+sampler is anything with SamplerPool's `submit`, `stats`, `switch`, `load_checkpoint` and
+`version`. After each training the samplers take the new weights from memory or from the
+published checkpoint (`sampler.weight_sync`, search/weight_sync.py).
 Every step records what it did in the store, so a killed job started again skips it: the
 search draws only what its budget still misses, a published iteration is reused, and so are
 finished measurements and controls. Outputs are rewritten after every search.
@@ -44,6 +46,7 @@ from evolution.learn import (
 from evolution.prompts import sampling_prompt
 from evolution.report import write_outputs
 from evolution.tasks import load_split, select
+from search.pool import Switch, planned_path
 from store import Store
 from store.models import ModelVersion
 from training import embedded, pretrained
@@ -178,15 +181,19 @@ class SoarLoop:
         for it in range(self.cfg.iterations):
             timing: dict[str, float] = {}
             learned: dict[str, Any] = {}
+            switch: dict[str, Any] = {}
             if it > 0:
-                version, learned = await self.learn(it, version)
+                version, learned, weights = await self.learn(it, version)
                 timing |= {k: learned.pop(k) for k in ("dataset_s", "train_s") if k in learned}
                 if self.sampler.version != version.version:
-                    timing["switch_s"] = await self.reload(version)
+                    switch = (await self.reload(version, weights)).summary()
+                    timing["switch_s"] = switch.pop("switch_s")
+                weights = None  # the object store frees the state dict once no ref is left
             result = await self.search(version, it)
             timing["search_s"] = result.entry["wall_s"]
             if it > 0:
                 result.entry["hindsight"] = learned
+            result.entry |= switch  # weight_sync: the path the switch took (and why, when not the planned one)
             if self.cfg.controls.measure_models:
                 started = time.time()
                 result.entry["search_hit_rate"] = result.entry["hit_rate"]  # this search's; hit_rate: over seeds
@@ -252,18 +259,20 @@ class SoarLoop:
             self._examples = one_shot_examples(self.cfg.search.one_shot_max_chars, {*self.tasks, *self.heldout})
         return self._examples
 
-    async def learn(self, iteration: int, current: ModelVersion) -> tuple[ModelVersion, dict[str, Any]]:
-        """Hindsight data from the archive (+ seed replay) -> SFT -> version "iteration N"."""
+    async def learn(self, iteration: int, current: ModelVersion) -> tuple[ModelVersion, dict[str, Any], Any]:
+        """Hindsight data from the archive (+ seed replay) -> SFT -> version "iteration N";
+        returns it, its counts, and its weights in Ray's object store (an ObjectRef) when
+        sampler.weight_sync takes them from memory (else None)."""
         cfg, note = self.cfg, f"iteration {iteration}"
         done = find_published(self.store, cfg.experiment, note)
         if done is not None:
             log.info("%s: reusing %s (trained before a restart)", note, done.version)
-            return done, {}
+            return done, {}, None
         started = time.time()
         rows, counts = hindsight_rows(cfg, self.store, self.tasks | self.extra, iteration - 1, self.examples())
         if not rows:
             log.warning("%s: no hindsight data (no program ran cleanly); keeping %s", note, current.version)
-            return current, counts | {"rows": 0}
+            return current, counts | {"rows": 0}, None
         hindsight = len(rows)
         if cfg.learn.seed_rows:
             rows += seed_rows(cfg, cfg.learn.seed_rows, 1 + iteration, sorted({*self.tasks, *self.heldout}))
@@ -276,16 +285,18 @@ class SoarLoop:
                                           seed=iteration - 1, note=note, parent=current.version,
                                           metrics=counts | {"rows": hindsight},
                                           train_args=training_args(cfg.tracking, self.run_dir, f"it{iteration}"),
-                                          base_checkpoint=self.base.checkpoint)  # seeds train fully, others LoRA
+                                          base_checkpoint=self.base.checkpoint,  # seeds train fully, others LoRA
+                                          weights=planned_path(cfg.sampler.weight_sync, cfg.sampler.engine) == "memory")
         self.store.events(cfg.experiment).emit("published", version=trained.version.version, iteration=iteration)
         return trained.version, counts | {"rows": hindsight, "dataset_s": round(prep_s + trained.dataset_s, 2),
-                                          "train_s": trained.train_s}
+                                          "train_s": trained.train_s}, trained.weights
 
-    async def reload(self, version: ModelVersion) -> float:
-        """Every sampler actor switches to `version`'s checkpoint; returns the seconds it took."""
-        started = time.time()
-        await self.sampler.load_checkpoint(version.checkpoint, version.version, version.files)
-        return round(time.time() - started, 2)
+    async def reload(self, version: ModelVersion, weights: Any = None) -> Switch:
+        """Every sampler actor switches to `version`: its `weights` from memory or its checkpoint,
+        as sampler.weight_sync says (SamplerPool.switch)."""
+        switch = await self.sampler.switch(version, weights)
+        log.info("%s", switch.line())
+        return switch
 
     async def measure(self, version: ModelVersion, outcomes: dict[str, TaskOutcome]) -> dict[str, Any]:
         """`version` on every sampling seed, demo and held-out tasks; the iteration's own search

@@ -8,7 +8,8 @@
 Wiring only: config -> store -> sampler pool (and the judge) -> thinking.TpoLoop -> report.
 The loop samples K thought+response outputs per fresh instruction, judges the responses
 alone, builds length-controlled DPO pairs, trains (TRL DPO as a Ray task, GPU if any),
-publishes the version, reloads the samplers, and measures both arms (thought and the
+publishes the version, switches the samplers to it (its weights from memory or its
+checkpoint: sampler.weight_sync), and measures both arms (thought and the
 direct baseline) on held-out instructions. Writes runs/<experiment>/summary.json,
 report.md and iterations.png.
 """
@@ -24,7 +25,7 @@ from typing import Any
 from common.fmt import num
 from common.tracking import Tracker, training_args
 from ray_jobs import checks, runner
-from search.pool import SamplerPool
+from search.pool import SamplerPool, planned_path
 from thinking import report
 from thinking.config import TpoConfig
 from thinking.loop import TpoLoop
@@ -71,7 +72,11 @@ def dpo_loss(sft_weight: float) -> dict[str, Any]:
 
 
 def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path, seed_checkpoint: str):
-    async def train(rows: list[dict[str, Any]], start, arm: str, iteration: int) -> tuple[str, dict[str, Any]]:
+    """TpoLoop's train: DPO as a Ray task; it hands the weights back through Ray's object store
+    when the samplers take them from memory (sampler.weight_sync)."""
+    in_memory = planned_path(cfg.sampler.weight_sync, cfg.sampler.engine) == "memory"
+
+    async def train(rows: list[dict[str, Any]], start, arm: str, iteration: int) -> tuple[str, dict[str, Any], Any]:
         t = cfg.train
         out = storage / "checkpoints" / f"{arm}-it{iteration + 1}"
         discard_unpublished(out, models.list())  # a run killed before publishing it; never a published one
@@ -84,8 +89,13 @@ def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path, seed_check
                            completion_eos=not cfg.pairs.divergence_words,  # windows stop mid-thought
                            **dpo_loss(t.sft_weight),
                            **training_args(cfg.tracking, run_dir, out.name))
-        result = await train_dpo_remote(job, rows, num_cpus=t.num_cpus)
-        return result.checkpoint, result.metrics | {"rows": len(rows)}
+        weights = None
+        if in_memory:
+            result_ref, weights = train_dpo_remote(job, rows, num_cpus=t.num_cpus, weights=True)
+            result = await result_ref
+        else:
+            result = await train_dpo_remote(job, rows, num_cpus=t.num_cpus)
+        return result.checkpoint, result.metrics | {"rows": len(rows)}, weights
     return train
 
 

@@ -3,6 +3,7 @@
     pool = SamplerPool(PoolConfig(engine="transformers", num_actors=2, experiment="demo"))
     await pool.ready()
     await pool.load("v3")                                 # every actor, via the model registry
+    await pool.switch(version, weights_ref)               # after a training: from memory or disk (weight_sync)
     async for i, completions in pool.stream(prompts, SamplingParams(n=8)):
         ...                                               # results as they complete
 
@@ -18,6 +19,8 @@ search/sampler_worker.py, `Router`); the Ray actor is a shell.
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -41,8 +44,11 @@ from search.sampler_worker import (  # noqa: F401 (re-exported)
     _cancelled,
     freeze_heap,
 )
+from search.weight_sync import Switch, planned_path
 from store import Store
+from store.models import ModelVersion
 
+log = logging.getLogger(__name__)
 SamplerActor = ray.remote(SamplerWorker)
 
 
@@ -284,12 +290,13 @@ class SamplerPool:
                 raise outcome
         return await self.ready()
 
-    async def load_weights(self, weights_ref: Any, version: str, checkpoint: str) -> list[str | None]:
+    async def load_weights(self, weights_ref: Any, version: str, checkpoint: str,
+                           files: dict[str, str] | None = None) -> list[str | None]:
         """Switch every actor to weights from memory, as OpenRLHF and veRL do: `weights_ref` is
-        `ray.put(state_dict)` of a training job's output; each actor reads it from Ray's object
-        store, not from disk. `checkpoint` is the same weights as the registry keeps them: an
-        actor started later (a replacement) loads that."""
-        self.checkpoint, self.version, self.files = checkpoint, version, None
+        an object ref of a training job's state dict; each actor reads it from Ray's object
+        store, not from disk. `checkpoint` (and its registry hashes, `files`) is the same weights
+        as the registry keeps them: an actor started later (a replacement) loads that."""
+        self.checkpoint, self.version, self.files = checkpoint, version, files
         slots = list(self.router.slots)
         outcomes = await asyncio.gather(
             *(s.handle.load_weights.remote(weights_ref, version, checkpoint) for s in slots), return_exceptions=True,
@@ -300,6 +307,31 @@ class SamplerPool:
             elif isinstance(outcome, BaseException):
                 raise outcome
         return await self.ready()
+
+    async def switch(self, version: ModelVersion, weights: Any = None) -> Switch:
+        """Switch every actor to a newly trained registry `version`, by the path
+        `config.weight_sync` picks (search/weight_sync.py): `weights` (an object ref of its
+        state dict, or None) in memory, or its checkpoint. `auto` falls back to the checkpoint
+        when the in-memory load fails (weights that do not fit the model, an engine without
+        load_weights); `memory` raises. Every actor must then serve `version`, or it raises."""
+        mode, started, note = self.config.weight_sync, time.perf_counter(), ""
+        path = planned_path(mode, self.config.engine)
+        if path == "memory" and weights is None:
+            path, note = "disk", "no weights in memory: trained before a restart, or too large for the object store"
+        if path == "memory":
+            try:
+                versions = await self.load_weights(weights, version.version, version.checkpoint, version.files)
+            except Exception as e:
+                if mode == "memory":
+                    raise unwrap(e) from e  # the actor's own error: weights that do not fit, say
+                path, note = "disk", f"the in-memory load failed: {unwrap(e)}"
+                log.warning("sampler.weight_sync=auto: %s; loading %s from its checkpoint", note, version.version)
+        if path == "disk":
+            versions = await self.load_checkpoint(version.checkpoint, version.version, version.files)
+        stale = [v for v in versions if v != version.version]
+        if stale:  # never serve an old model under a switch that reported success
+            raise RuntimeError(f"after switching to {version.version}, actors serve {stale}: see their logs")
+        return Switch(version.version, path, round(time.perf_counter() - started, 3), note)
 
     async def load(self, version: str | None = None) -> Any:
         """Switch every actor to a registry version (None: the current one); returns its ModelVersion."""

@@ -14,6 +14,7 @@ from common.config import is_secret_key
 from common.placement import Strategy, check_placement
 from common.secrets import literal_secrets
 from search.engines import check_engine_kwargs, engine_class
+from search.weight_sync import WeightSync, check_weight_sync
 
 
 @dataclass
@@ -29,6 +30,10 @@ class PoolConfig:
     max_request_retries: int = 3  # times a request is retried after its actor failed (each try on a fresh or other actor)
     request_timeout_s: float | None = 600.0  # a request's deadline: its actor is then taken for hung and replaced
     experiment: str | None = None  # model registry used by load(version)
+    # How the actors take a version trained by the loop: memory (the training's state dict through
+    # Ray's object store), disk (the published checkpoint), auto (the faster for the engine:
+    # memory for transformers, disk for vllm; search/weight_sync.py has the figures)
+    weight_sync: WeightSync = "auto"
     # The actors' scheduling niceness; None: Ray's default for workers (15, so drivers and its
     # daemons stay responsive). 0 competes with other processes as a bare engine in a driver
     # would; bench_sampling --also-niceness measures the difference (none beyond its noise on a
@@ -43,6 +48,7 @@ class PoolConfig:
     def __post_init__(self):
         check_placement("PoolConfig", self.scheduling_strategy, self.resources)
         engine_class(self.engine)  # raises on an unknown name, listing the known ones
+        check_weight_sync(self.weight_sync, self.engine, "PoolConfig.weight_sync")
         for name in ("num_actors", "max_inflight_per_actor", "prompts_per_request"):
             if getattr(self, name) < 1:
                 raise ValueError(f"PoolConfig.{name}={getattr(self, name)} must be >= 1")

@@ -73,6 +73,7 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
         assert entries[1]["model_version"] == "v1" and models[1].parent == "v0"
         assert (run_dir / "data" / "it0").exists()
         assert {"dataset_s", "train_s", "switch_s", "search_s"} <= set(entries[1]["timing"])
+        assert entries[1]["weight_sync"] == "memory"  # sampler.weight_sync auto, transformers engine: the SFT's weights
         assert entries[1]["hindsight"]["tasks_with_rows"] == 3  # the extra task's programs are data too
     assert entries[0]["model_version"] == "v0"
     for name in ("random_prior", "seed_only_control"):

@@ -9,6 +9,7 @@ import pytest
 
 from common.config import ConfigError, load_config
 from common.sampling import Completion, SamplingParams
+from search.weight_sync import Switch
 from thinking.arith import DEMO_THOUGHT, instructions, seed_corpus
 from thinking.config import SampleConfig, TpoConfig
 from thinking.loop import TpoLoop
@@ -223,9 +224,12 @@ class StubSampler:
 
     def __init__(self, fail_after: int | None = None):
         self.version, self.calls, self.prompts, self.fail_after = None, 0, [], fail_after
+        self.switched: list[tuple[str, object]] = []  # (version, the weights it was handed)
 
-    async def load(self, version=None):
-        self.version = version
+    async def switch(self, version, weights=None):
+        self.version = version.version
+        self.switched.append((version.version, weights))
+        return Switch(version.version, "disk" if weights is None else "memory", 0.0)
 
     async def generate(self, prompts, params: SamplingParams):
         if self.fail_after is not None and self.calls >= self.fail_after:
@@ -267,7 +271,7 @@ def tiny_cfg(experiment: str, iterations: int = 1) -> TpoConfig:
 def make_loop(cfg, store, sampler, judge, trained):
     async def train(rows, start, arm, iteration):
         trained.append((arm, iteration, len(rows)))
-        return f"/ckpt/{arm}-{iteration + 1}", {"loss": 0.0}
+        return f"/ckpt/{arm}-{iteration + 1}", {"loss": 0.0}, None
 
     return TpoLoop(cfg, state=TpoState(store.client, cfg.experiment), models=store.models(cfg.experiment),
                    sampler=sampler, judge=judge, train=train, seed_checkpoint="/ckpt/seed", progress=False)
@@ -287,6 +291,27 @@ def test_loop_runs_both_arms_and_the_judge_never_sees_a_thought(store, experimen
     assert e["unparsable_rate"] == 0.0 and e["pairs"] >= 1 and e["rho"] is not None
     assert 0 <= e["win_rate_vs_direct"] <= 1 and e["accuracy"] == e["score"]
     assert store.models(cfg.experiment).list()[-1].note.endswith("iteration 1")
+
+
+def test_trained_weights_reach_the_first_switch_to_their_version_and_no_later_one(store, experiment_name):
+    """A training's weights (an ObjectRef in the job) go to the samplers' first switch to the
+    version it published, are dropped there, and the entry says how the samplers took it."""
+    cfg, sampler, handed = tiny_cfg(experiment_name), StubSampler(), {}
+
+    async def train(rows, start, arm, iteration):
+        handed[arm] = object()  # stands for the weights' ObjectRef
+        return f"/ckpt/{arm}-{iteration + 1}", {"loss": 0.0}, handed[arm]
+
+    loop = TpoLoop(cfg, state=TpoState(store.client, cfg.experiment), models=store.models(cfg.experiment),
+                   sampler=sampler, judge=RecordingJudge(), train=train, seed_checkpoint="/ckpt/seed", progress=False)
+    summary = asyncio.run(loop.run())
+    versions = {m.note.split()[0]: m.version for m in store.models(cfg.experiment).list() if m.note != "seed"}
+    for arm, entries in (("thought", summary["iterations"]), ("direct", summary["baselines"]["direct"])):
+        switches = [w for v, w in sampler.switched if v == versions[arm]]
+        assert switches[0] is handed[arm] and all(w is None for w in switches[1:])
+        assert entries[1]["weight_sync"] == "memory" and entries[1]["switch_s"] == 0.0
+        assert "weight_sync" not in entries[0]  # the seed was not trained by this run
+    assert loop.weights == {}  # no ref outlives its switch
 
 
 def test_killed_job_resumes_without_sampling_twice(store, experiment_name):

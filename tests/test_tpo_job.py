@@ -93,6 +93,7 @@ def test_a_dpo_task_that_could_never_be_scheduled_is_refused_with_the_numbers(ra
 
 def test_train_num_cpus_is_what_the_dpo_task_asks_ray_for(monkeypatch):
     """It was never used: the DPO task always asked for 1 CPU."""
+    import training.common as common
     import training.dpo as dpo
 
     asked: dict = {}
@@ -105,6 +106,6 @@ def test_train_num_cpus_is_what_the_dpo_task_asks_ray_for(monkeypatch):
         def remote(self, *args):
             return "ref"
 
-    monkeypatch.setattr(dpo.ray, "remote", lambda fn: Remote())
-    monkeypatch.setattr(dpo, "gpu_options", lambda: {"num_gpus": 0})
+    monkeypatch.setattr(common.ray, "remote", lambda fn: Remote())
+    monkeypatch.setattr(common, "gpu_options", lambda: {"num_gpus": 0})
     assert dpo.train_dpo_remote(None, [], num_cpus=0.25) == "ref" and asked["num_cpus"] == 0.25

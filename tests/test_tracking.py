@@ -72,7 +72,7 @@ def test_tpo_loop_sends_each_iterations_judged_figures_per_arm(store, experiment
     from test_tpo import RecordingJudge, StubSampler, tiny_cfg
 
     async def train(rows, start, arm, iteration):
-        return f"/ckpt/{arm}-{iteration + 1}", {"loss": 0.0}
+        return f"/ckpt/{arm}-{iteration + 1}", {"loss": 0.0}, None
 
     cfg = tiny_cfg(experiment_name)
     with Tracker.start(TrackingConfig(report_to=["tensorboard"]), run_dir=tmp_path, experiment=cfg.experiment

@@ -205,6 +205,27 @@ def test_sft_runs_as_a_ray_task(ray_local, seed_model, tmp_path):
     validate_checkpoint(result.checkpoint)
 
 
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_training_task_hands_its_weights_back_through_the_object_store(ray_local, seed_model, tmp_path, lora):
+    """weights=True: the task's second return is the state dict the checkpoint holds (LoRA
+    merged), tensor for tensor; the checkpoint is still written as before."""
+    import ray
+    import torch
+    from safetensors.torch import load_file
+
+    result_ref, weights_ref = train_sft_remote(sft_cfg(seed_model, tmp_path / "w", max_steps=2, lora=lora, lora_r=4),
+                                               last_digit_rows(16, 6, TARGET), weights=True)
+    result, weights = ray.get([result_ref, weights_ref])
+    validate_checkpoint(result.checkpoint)
+    saved = {}
+    for f in sorted(Path(result.checkpoint).glob("*.safetensors")):
+        saved |= load_file(str(f))
+    assert result.weights is None and sorted(weights) == sorted(saved)  # no second copy rides with the result
+    assert all(torch.equal(weights[k], saved[k]) for k in saved)
+    q = "model.layers.0.self_attn.q_proj.weight"  # LoRA's all-linear trains it, full fine-tuning too
+    assert not torch.equal(weights[q], load_file(f"{seed_model}/model.safetensors")[q])  # trained, not the seed
+
+
 def _dpo_rows(n: int, seed: int) -> list[dict[str, str]]:
     chosen, rejected = last_digit_rows(n, seed, TARGET), last_digit_rows(n, seed, SEED_MAPPING)
     return [{"prompt": c["prompt"], "chosen": c["completion"], "rejected": r["completion"]}

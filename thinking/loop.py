@@ -5,9 +5,12 @@
 
 Two arms share every step and budget: "thought" (the thought prompt; the judge sees the
 parsed response) and "direct" (the baseline: the whole completion is the response). The
-sampler is anything with `generate(prompts, params)` and `async load(version)` (the
+sampler is anything with `generate(prompts, params)` and `async switch(version, weights)` (the
 SamplerPool, or a stub in tests); `train(rows, start, arm, iteration)` returns a finished
-checkpoint dir and metrics (the job runs TRL's DPO as a Ray task). Every phase is kept in
+checkpoint dir, metrics, and the trained weights in Ray's object store (an ObjectRef) or None
+(the job runs TRL's DPO as a Ray task). A trained version's weights are kept until the
+samplers first switch to it (sampler.weight_sync: from memory), then dropped: with the
+baseline arm, the thought arm's wait in the object store while the direct arm trains. Every phase is kept in
 Redis (thinking.state), so a restarted run draws only what is missing. Sampling, judging
 and measuring show progress (common.progress); each iteration's figures go to the tracker.
 """
@@ -24,6 +27,7 @@ from common import fmt
 from common.progress import progress
 from common.sampling import Completion, Prompt, SamplingParams
 from common.tracking import Tracker
+from search.pool import Switch
 from thinking.config import TpoConfig
 from thinking.pairs import Group, Sample, build_pairs, choose_rho, trl_rows
 from thinking.prompts import DirectPrompt, ThoughtPrompt
@@ -37,10 +41,10 @@ log = logging.getLogger(__name__)
 class Sampler(Protocol):
     async def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]: ...
 
-    async def load(self, version: str | None = None) -> Any: ...
+    async def switch(self, version: Any, weights: Any = None) -> Switch: ...
 
 
-Train = Callable[[list[dict[str, Any]], Any, str, int], Awaitable[tuple[str, dict[str, Any]]]]
+Train = Callable[[list[dict[str, Any]], Any, str, int], Awaitable[tuple[str, dict[str, Any], Any]]]
 
 
 def load_instructions(source: str, n: int, seed: int) -> list[dict[str, str]]:
@@ -85,6 +89,8 @@ class TpoLoop:
         self.arms = ARMS if cfg.baseline else ("thought",)
         self.progress = progress
         self.loaded: str | None = None
+        self.weights: dict[str, Any] = {}  # version -> its trained weights' ObjectRef, until the first switch to it
+        self.switches: dict[str, Switch] = {}  # version -> the first switch to it (its path and seconds)
         self.seed_checkpoint = seed_checkpoint or cfg.model.checkpoint
         self.comparative = getattr(judge, "comparative", False)  # scores mean something only within a group
 
@@ -105,10 +111,14 @@ class TpoLoop:
             return self.seed_version()
         return next((m for m in self.models.list() if m.note == f"{arm} iteration {iteration}"), None)
 
-    async def reload(self, version: str) -> None:
-        if self.loaded != version:
-            await self.sampler.load(version)
-            self.loaded = version
+    async def reload(self, version: Any) -> None:
+        """The samplers on registry `version`: its weights from memory the first time, when a
+        training of this run handed them back and sampler.weight_sync takes them; else its checkpoint."""
+        if self.loaded != version.version:
+            switch = await self.sampler.switch(version, self.weights.pop(version.version, None))
+            log.info("%s", switch.line())
+            self.switches.setdefault(version.version, switch)
+            self.loaded = version.version
 
     # -- steps ------------------------------------------------------------------------------
     async def sample(self, arm: str, iteration: int, instructions: list[dict[str, str]]) -> dict[str, list[str]]:
@@ -201,8 +211,11 @@ class TpoLoop:
                 f"{' (pairs.divergence_words dropped pairs whose windows do not differ)' if pairs else ''}; "
                 "nothing to train on. Check that the model writes both markers (prompt.style, "
                 "prompt.prefill_thought_marker), raise sample.k or sample.temperature, or change the judge")
-        checkpoint, metrics = await self.train_fn(rows, start, arm, iteration)
-        return self.models.publish(checkpoint, parent=start.version, metrics=metrics | counts, note=note)
+        checkpoint, metrics, weights = await self.train_fn(rows, start, arm, iteration)
+        new = self.models.publish(checkpoint, parent=start.version, metrics=metrics | counts, note=note)
+        if weights is not None:
+            self.weights[new.version] = weights
+        return new
 
     async def measure(self, arm: str, version: Any, heldout: list[dict[str, str]]) -> dict[int, list[Sample]]:
         """One sample per held-out instruction per sampling seed, judged; stored by version and seed."""
@@ -212,7 +225,7 @@ class TpoLoop:
             key = ("measure", arm, version.version, f"seed{seed}")
             done = self.state.get_rows(*key)
             if len(done) < len(heldout):
-                await self.reload(version.version)
+                await self.reload(version)
                 params = SamplingParams(n=1, temperature=m.temperature, top_p=m.top_p,
                                         max_tokens=self.cfg.sample.max_tokens, seed=seed)
                 rows = await self.sampler.generate([self.prompts[arm].build(i["instruction"]) for i in heldout], params)
@@ -276,6 +289,8 @@ class TpoLoop:
                 measured[(arm, it)] = await self.measure(arm, version, heldout)
                 info.setdefault((arm, it), {})["measure_s"] = round(time.time() - started, 2)
                 info[(arm, it)]["model_version"] = version.version
+                if it > 0 and version.version in self.switches:  # how the samplers took the trained version
+                    info[(arm, it)] |= self.switches[version.version].summary()
             for arm in self.arms:
                 wins = await self.comparisons(arm, it, heldout, measured, reference)
                 entries[arm].append(iteration_entry(
@@ -291,7 +306,7 @@ class TpoLoop:
             for arm in self.arms:
                 started = time.time()
                 start = self.version_at(arm, it)
-                await self.reload(start.version)
+                await self.reload(start)
                 texts = await self.sample(arm, it, train_ins)
                 groups = await self.judge(arm, (arm, f"it{it}", "judged"), train_ins, texts)
                 pairs, counts = self.make_pairs(arm, it, groups)

@@ -7,8 +7,10 @@ summary.json (the contract):
     a tie counts half), win_rate_vs_direct (against the direct arm at the same iteration),
     accuracy (share of judged-correct responses: programmatic judge only), thought_len and
     response_len (mean characters), unparsable_rate, rho, pairs, wall_s (sample+judge+train of
-    the step that produced this version), measure_s; each figure is the mean over the
-    sampling seeds, with the per-seed values in `<name>_seeds`.
+    the step that produced this version), measure_s; from iteration 1, when this run switched
+    the samplers to the version: switch_s and weight_sync (memory or disk: the path the switch
+    took, sampler.weight_sync), with weight_sync_note saying why when it fell back to disk; each
+    figure is the mean over the sampling seeds, with the per-seed values in `<name>_seeds`.
   baselines.direct: the same fields for the direct-response arm (no win_rate_vs_direct).
 """
 
@@ -75,6 +77,7 @@ def iteration_entry(iteration: int, info: dict[str, Any], measured: dict[int, li
     entry |= {"seeds": list(measured), "rho": info.get("rho"), "pairs": info.get("pairs"),
               "pair_counts": info.get("pair_counts"), "wall_s": info.get("wall_s"),
               "train_s": info.get("train_s"), "measure_s": info.get("measure_s")}
+    entry |= {k: info[k] for k in ("switch_s", "weight_sync", "weight_sync_note") if k in info}
     return entry
 
 

@@ -50,6 +50,9 @@ class RatchetTrainFields:
     lora_target_modules: str = field(default="all-linear", metadata={"help": "Modules that get adapters."})
     cpu_threads: int = field(default=0, metadata={"help": "torch threads on CPU; 0 = all cores of this process."})
     quiet: bool = field(default=False, metadata={"help": "No per-step log lines (with disable_tqdm: silent)."})
+    return_weights: bool = field(default=False, metadata={
+        "help": "Also return the final state dict (LoRA merged, on the CPU) in TrainResult.weights, for samplers "
+                "that take weights in memory (train_remote(weights=True) sets it)."})
     tracking_dir: str = field(default="", metadata={
         "help": "Where report_to=tensorboard writes its event files; '' = inside output_dir's scratch dir, "
                 "which is removed after training (common.tracking.training_args sets it)."})
@@ -78,6 +81,8 @@ class RatchetTrainFields:
 class TrainResult:
     checkpoint: str  # a complete Hugging Face checkpoint dir (merged weights + tokenizer)
     metrics: dict[str, Any]
+    # with return_weights: the checkpoint's weights as tensors (Hugging Face names), else None
+    weights: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
 
 def check_fields(cfg: RatchetTrainFields) -> None:
@@ -205,8 +210,10 @@ def set_callbacks(trainer, cfg: RatchetTrainFields) -> None:
             callback.logging_dir = cfg.tracking_dir  # transformers 5 has no logging_dir argument
 
 
-def save_trained(trainer, tokenizer, output_dir: str, metrics: dict[str, Any], started: float) -> TrainResult:
-    """Merge LoRA if any, save into a temp dir, then rename into place (atomic)."""
+def save_trained(trainer, tokenizer, output_dir: str, metrics: dict[str, Any], started: float,
+                 weights: bool = False) -> TrainResult:
+    """Merge LoRA if any, save into a temp dir, then rename into place (atomic); with `weights`,
+    the saved weights come back too (TrainResult.weights)."""
     final = Path(output_dir)
     tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
     model = trainer.model
@@ -217,7 +224,16 @@ def save_trained(trainer, tokenizer, output_dir: str, metrics: dict[str, Any], s
     metrics = {**metrics, "wall_s": round(time.time() - started, 3)}
     (tmp / "ratchet_train_metrics.json").write_text(json.dumps(metrics, indent=2))
     final.parent.mkdir(parents=True, exist_ok=True)
-    return TrainResult(str(finalize_checkpoint(tmp, final)), metrics)
+    return TrainResult(str(finalize_checkpoint(tmp, final)), metrics, state_dict(model) if weights else None)
+
+
+def state_dict(model) -> dict[str, torch.Tensor]:
+    """The model's weights as save_pretrained writes them, on the CPU: a tied output layer is
+    left out (the engines tie it again, as they do loading the checkpoint)."""
+    state = {k: v.detach().to("cpu") for k, v in model.state_dict().items()}
+    if getattr(model.config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+    return state
 
 
 def peak_memory_mb() -> float:
@@ -278,10 +294,49 @@ def run_trainer(trainer_cls, cfg, data, columns: tuple[str, ...], callbacks: lis
         log.info("%s: %d steps, %.3g s/step, peak memory %.0f MiB, %s", extra_metrics.get("method", "training"),
                  metrics["steps"], metrics["s_per_step"], metrics["peak_memory_mb"],
                  f"LoRA r={cfg.lora_r} alpha={cfg.lora_alpha}" if cfg.lora else "full fine-tuning")
-        return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started)
+        return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started, weights=cfg.return_weights)
 
 
 def gpu_options() -> dict[str, Any]:
     """Ray task options: one GPU when the cluster has one, else CPU only."""
 
     return {"num_gpus": 1} if ray.cluster_resources().get("GPU", 0) >= 1 else {"num_gpus": 0}
+
+
+# The share of its node's object store a state dict may take; beyond it the weights are not
+# handed back (the samplers load the checkpoint) rather than have Ray spill them to disk, or
+# push out what the search keeps there.
+MAX_STORE_SHARE = 0.5
+
+
+def train_remote(fn, cfg, data, num_cpus: float, *, weights: bool = False):
+    """Submit fn(cfg, data) (train_sft, train_dpo) as a Ray task, on a GPU when the cluster has
+    one. Returns the ObjectRef of its TrainResult; with `weights`, (result ref, weights ref):
+    the final state dict as a second return of the task, so it goes into Ray's object store
+    once and the caller passes the ref on (SamplerPool.switch) without fetching it. The weights
+    are None when they would take more than MAX_STORE_SHARE of the node's object store.
+    Drop the weights ref after the switch: the object store keeps them while a ref lives."""
+    task = ray.remote(fn if not weights else _with_weights).options(num_cpus=num_cpus, **gpu_options(),
+                                                                     **({"num_returns": 2} if weights else {}))
+    if not weights:
+        return task.remote(cfg, data)
+    return task.remote(fn, dataclasses.replace(cfg, return_weights=True), data)
+
+
+def _with_weights(fn, cfg, data) -> tuple[TrainResult, dict[str, torch.Tensor] | None]:
+    result = fn(cfg, data)
+    weights, result.weights = result.weights, None
+    size = sum(t.numel() * t.element_size() for t in (weights or {}).values())
+    store = _object_store_bytes()
+    if store and size > MAX_STORE_SHARE * store:
+        log.warning("%s: not handing its weights back in memory (%s MB, more than %s of this node's %s MB object "
+                    "store): the samplers load the checkpoint", cfg.output_dir, fmt.num(size / 2**20),
+                    MAX_STORE_SHARE, fmt.num(store / 2**20))
+        weights = None
+    return result, weights
+
+
+def _object_store_bytes() -> float | None:
+    """The object store size of the node this task runs on (None when Ray does not say)."""
+    node = ray.get_runtime_context().get_node_id()
+    return next((n["Resources"].get("object_store_memory") for n in ray.nodes() if n.get("NodeID") == node), None)

@@ -12,11 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
 from datasets import Dataset
 from trl import DPOConfig, DPOTrainer
 
-from training.common import RatchetTrainFields, TrainResult, gpu_options, run_trainer
+from training.common import RatchetTrainFields, TrainResult, run_trainer, train_remote
 
 DPO_COLUMNS = ("prompt", "chosen", "rejected")
 
@@ -51,8 +50,9 @@ def train_dpo(
     return run_trainer(trainer, cfg, data, DPO_COLUMNS, callbacks, {"method": "dpo", "beta": cfg.beta})
 
 
-def train_dpo_remote(cfg: DPOJobConfig, data: Dataset | list[dict[str, Any]] | str, num_cpus: float = 1.0):
-    """Submit train_dpo as a Ray task (GPU when the cluster has one); returns an ObjectRef.
-    `num_cpus` is what Ray reserves (TpoConfig.train.num_cpus); the trainer uses cfg.cpu_threads."""
-
-    return ray.remote(train_dpo).options(num_cpus=num_cpus, **gpu_options()).remote(cfg, data)
+def train_dpo_remote(cfg: DPOJobConfig, data: Dataset | list[dict[str, Any]] | str, num_cpus: float = 1.0, *,
+                     weights: bool = False):
+    """Submit train_dpo as a Ray task (GPU when the cluster has one); returns an ObjectRef, or
+    with `weights` (result ref, weights ref): training.common.train_remote. `num_cpus` is what
+    Ray reserves (TpoConfig.train.num_cpus); the trainer uses cfg.cpu_threads."""
+    return train_remote(train_dpo, cfg, data, num_cpus, weights=weights)

@@ -14,11 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
 from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
-from training.common import RatchetTrainFields, TrainResult, gpu_options, run_trainer
+from training.common import RatchetTrainFields, TrainResult, run_trainer, train_remote
 
 SFT_COLUMNS = ("prompt", "completion")
 
@@ -37,8 +36,9 @@ def train_sft(
     return run_trainer(SFTTrainer, cfg, data, SFT_COLUMNS, callbacks, {"method": "sft"})
 
 
-def train_sft_remote(cfg: SFTJobConfig, data: Dataset | list[dict[str, Any]] | str, num_cpus: float = 1.0):
-    """Submit train_sft as a Ray task (GPU when the cluster has one); returns an ObjectRef.
-    `num_cpus` is what Ray reserves; on CPU the trainer still uses `cfg.cpu_threads` threads."""
-
-    return ray.remote(train_sft).options(num_cpus=num_cpus, **gpu_options()).remote(cfg, data)
+def train_sft_remote(cfg: SFTJobConfig, data: Dataset | list[dict[str, Any]] | str, num_cpus: float = 1.0, *,
+                     weights: bool = False):
+    """Submit train_sft as a Ray task (GPU when the cluster has one); returns an ObjectRef, or
+    with `weights` (result ref, weights ref): training.common.train_remote. `num_cpus` is what
+    Ray reserves; on CPU the trainer still uses `cfg.cpu_threads` threads."""
+    return train_remote(train_sft, cfg, data, num_cpus, weights=weights)
