@@ -190,19 +190,30 @@ def test_probability_scoring_with_free_text_verdicts_is_refused_when_the_config_
 
 # --- the generated question sets ------------------------------------------------------------------
 
+def _worked(question: str) -> tuple[int, list[int]]:
+    """(start, signed changes) read back from a generated question, word or expression form."""
+    if question.startswith("What is "):
+        start, *rest = question.removeprefix("What is ").removesuffix("?").split()
+        return int(start), [int(b) if op == "+" else -int(b) for op, b in zip(rest[::2], rest[1::2], strict=True)]
+    start, *clauses = question.removesuffix(". How many?").split(", ")
+    losses = ("loses", "sells", "gives away", "eats")
+    return int(start.split()[2]), [-int(c.split()[-1]) if c.rsplit(" ", 1)[0] in losses else int(c.split()[-1])
+                                   for c in clauses]
+
+
 @pytest.mark.parametrize("name", sorted(DATASETS))
 def test_generated_sets_are_deterministic_and_their_answers_right(name):
     rows = generated_problems(name, 40, seed=1000)
     assert rows == generated_problems(name, 40, seed=1000)
     assert rows != generated_problems(name, 40, seed=1001)
-    steps = DATASETS[name]
+    spec = DATASETS[name]
     for r in rows:
-        start, *clauses = r["question"].removesuffix(". How many?").split(", ")
-        value = int(start.split()[2])
-        assert steps["min_steps"] <= len(clauses) <= steps["max_steps"]
-        for clause in clauses:
-            b = int(clause.split()[-1])
-            value += -b if clause.rsplit(" ", 1)[0] in ("loses", "sells", "gives away", "eats") else b
+        value, changes = _worked(r["question"])
+        assert spec["min_steps"] <= len(changes) <= spec["max_steps"]
+        assert 2 <= value <= spec.get("max_start", 30)
+        for b in changes:
+            assert 1 <= abs(b) <= spec.get("max_operand", 20)
+            value += b
             assert 0 <= value <= 99
         assert r["answer"] == str(value) and r["id"].startswith(f"{name}-1000-")
 

@@ -29,7 +29,8 @@ LOSS = ["loses", "sells", "gives away", "eats"]
 MAX_VALUE = 99  # every intermediate result stays in 0..99: two-digit sums for a tiny model
 
 
-def _problem(rng: random.Random, steps: int, max_start: int = 30, max_operand: int = 20) -> dict[str, Any]:
+def _problem(rng: random.Random, steps: int, max_start: int = 30, max_operand: int = 20,
+             form: str = "word") -> dict[str, Any]:
     value = rng.randint(2, max_start)
     clauses, ops = [], []
     for _ in range(steps):
@@ -46,7 +47,10 @@ def _problem(rng: random.Random, steps: int, max_start: int = 30, max_operand: i
             value += b
     start = value - sum(b if op == "+" else -b for op, b in ops)
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
-    question = f"{name} has {start} {item}, " + ", ".join(clauses) + ". How many?"
+    if form == "expression":  # the same sum written bare: "What is 23 + 13 - 6?"
+        question = f"What is {start} " + " ".join(f"{op} {b}" for op, b in ops) + "?"
+    else:
+        question = f"{name} has {start} {item}, " + ", ".join(clauses) + ". How many?"
     return {"question": question, "answer": str(value), "start": start, "ops": ops}
 
 
@@ -64,9 +68,12 @@ def format_solution(steps: list[tuple[int, str, int, int]], answer: int | str) -
 
 
 def make_problems(n: int, seed: int = 0, min_steps: int = 2, max_steps: int = 3, max_start: int = 30,
-                  max_operand: int = 20, prefix: str = "arith") -> list[dict[str, Any]]:
+                  max_operand: int = 20, form: str = "word", prefix: str = "arith") -> list[dict[str, Any]]:
     """n problems with ids, questions, gold answers and the correct worked steps: a start in
-    2..max_start, then min_steps..max_steps gains or losses of 1..max_operand."""
+    2..max_start, then min_steps..max_steps gains or losses of 1..max_operand; `form` "word" ("Ann
+    has 12 pens, gets 5. How many?") or "expression" ("What is 12 + 5?")."""
+    if form not in ("word", "expression"):
+        raise ValueError(f"form={form!r}: must be 'word' or 'expression'")
     if not 1 <= min_steps <= max_steps:
         raise ValueError(f"min_steps={min_steps}, max_steps={max_steps}: need 1 <= min_steps <= max_steps")
     if not (2 <= max_start <= MAX_VALUE and 1 <= max_operand):
@@ -75,7 +82,7 @@ def make_problems(n: int, seed: int = 0, min_steps: int = 2, max_steps: int = 3,
     rng = random.Random(seed)
     rows = []
     for i in range(n):
-        p = _problem(rng, rng.randint(min_steps, max_steps), max_start, max_operand)
+        p = _problem(rng, rng.randint(min_steps, max_steps), max_start, max_operand, form)
         steps = _steps(p["start"], p["ops"])
         rows.append({"id": f"{prefix}-{seed}-{i}", "question": p["question"], "answer": p["answer"],
                      "solution": format_solution(steps, p["answer"])})
@@ -85,10 +92,12 @@ def make_problems(n: int, seed: int = 0, min_steps: int = 2, max_steps: int = 3,
 # The generated question sets a scaling config names as `dataset:` (make_problems' arguments).
 # "arith" is what the seed model was trained on; SmolLM2-135M-Instruct answers next to none of
 # its two- and three-step problems, so the one-step sets give a real model something to select.
-DATASETS: dict[str, dict[str, int]] = {
+DATASETS: dict[str, dict[str, Any]] = {
     "arith": {"min_steps": 2, "max_steps": 3},
     "arith1": {"min_steps": 1, "max_steps": 1},  # one gain or loss: "Ann has 12 pens, gets 5. How many?"
     "arith1-small": {"min_steps": 1, "max_steps": 1, "max_start": 9, "max_operand": 9},  # one-digit numbers
+    "sum1": {"min_steps": 1, "max_steps": 1, "form": "expression"},  # "What is 23 + 13?"
+    "sum1-small": {"min_steps": 1, "max_steps": 1, "max_start": 9, "max_operand": 9, "form": "expression"},
 }
 
 
