@@ -1,18 +1,23 @@
-"""pass@1 of a scaling config's model on its own questions, at several sampling settings.
+"""Probes for a scaling config: pass@1 on its questions, and a run's curves scored another way.
 
-Picks the question set and sampling settings for a scaling config: the search has something to
-select only where pass@1 is neither near 0 nor near 1. One in-process engine (the config's
-`sampler`), the config's questions and answer prompt, `--n` samples per question at each
-temperature; prints pass@1 (the share of right samples), the questions with at least one right
-sample, and the mean distinct answers per question. No Ray, no Redis.
+`pass1` picks the question set and sampling settings: the search has something to select only
+where pass@1 is neither near 0 nor near 1. One in-process engine (the config's `sampler`), the
+config's questions and answer prompt, `--n` samples per question at each temperature; prints
+pass@1 (the share of right samples), the questions with at least one right sample, and the mean
+distinct answers per question. No Ray, no Redis.
 
-    .venv-vllm/bin/python scripts/scaling_probe.py --config configs/scaling-smollm-vllm.yaml \\
-        --temperatures 0.3 0.7 1.0 --n 8 dataset=arith1 questions=64
+`curves` recomputes a finished run's paired differences and own-verification figures from its
+pool.npz with `--score verdicts|probability` (curves.options.score), without sampling anything.
+
+    .venv-vllm/bin/python scripts/scaling_probe.py pass1 --config configs/scaling-smollm-vllm.yaml \\
+        --temperatures 0.3 0.7 1.0 --n 8 dataset=sum1-small questions=48
+    python scripts/scaling_probe.py curves runs/scaling-smollm-vllm/pool.npz --score probability
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -23,20 +28,49 @@ from common.config import load_config  # noqa: E402
 from common.sampling import SamplingParams  # noqa: E402
 from search.engines import make_engine  # noqa: E402
 from search.scaling.config import ScalingConfig  # noqa: E402
+from search.scaling.curves import CurvesConfig, compute_curves  # noqa: E402
 from search.scaling.experiment import load_questions  # noqa: E402
+from search.scaling.pool import ScoredPool  # noqa: E402
+from search.scaling.strategies import StrategyOptions  # noqa: E402
 from training import pretrained  # noqa: E402
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent  # noqa: E402
 from verifiers.selfverify import answer_prompt  # noqa: E402
 
 
+def curves(args: argparse.Namespace) -> None:
+    pool = ScoredPool.load(args.pool)
+    pool.score = pool.scores(args.score)
+    result = compute_curves(pool, CurvesConfig(seeds=args.seeds, bootstrap=args.bootstrap,
+                                               options=StrategyOptions(score=args.score)))
+    q, n, v = pool.shape
+    print(f"{args.pool}: {q} questions x {n} candidates x {v} verdicts, score={args.score}")
+    for d in result.differences:
+        print(f"  {d['strategy']} - {d['baseline']} at k={d['k']} (k_verif {d['k_verif']}): "
+              f"{d['difference']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]")
+    for name in ("pass", "consistency", "weighted_best_of_n", "verification"):
+        r = result.curve(name)[-1]
+        print(f"  {name}@{r.k}: {r.accuracy:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]")
+    print("  own verification:", json.dumps({k: round(x, 3) if isinstance(x, float) else x
+                                               for k, x in pool.own_verification().items()}))
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--temperatures", type=float, nargs="+", default=[0.7])
-    ap.add_argument("--top-p", type=float, default=1.0)
-    ap.add_argument("--n", type=int, default=8, help="samples per question at each temperature")
-    ap.add_argument("overrides", nargs="*", help="dotted field=value overrides of the config")
+    sub = ap.add_subparsers(dest="command", required=True)
+    p1 = sub.add_parser("pass1", help="pass@1 of a config's model on its questions")
+    p1.add_argument("--config", required=True)
+    p1.add_argument("--temperatures", type=float, nargs="+", default=[0.7])
+    p1.add_argument("--top-p", type=float, default=1.0)
+    p1.add_argument("--n", type=int, default=8, help="samples per question at each temperature")
+    p1.add_argument("overrides", nargs="*", help="dotted field=value overrides of the config")
+    cv = sub.add_parser("curves", help="a run's curves from its pool.npz, scored by verdicts or probability")
+    cv.add_argument("pool")
+    cv.add_argument("--score", choices=["verdicts", "probability"], default="probability")
+    cv.add_argument("--seeds", type=int, default=20)
+    cv.add_argument("--bootstrap", type=int, default=1000)
     args = ap.parse_args(argv)
+    if args.command == "curves":
+        return curves(args)
     cfg = load_config(args.config, ScalingConfig, args.overrides)
     questions = load_questions(cfg)
     engine = make_engine(cfg.sampler.engine, checkpoint=pretrained.resolve_checkpoint(cfg.model),
