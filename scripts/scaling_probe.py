@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common.config import load_config  # noqa: E402
@@ -30,7 +32,7 @@ from search.engines import make_engine  # noqa: E402
 from search.scaling.config import ScalingConfig  # noqa: E402
 from search.scaling.curves import CurvesConfig, compute_curves  # noqa: E402
 from search.scaling.experiment import load_questions  # noqa: E402
-from search.scaling.pool import ScoredPool  # noqa: E402
+from search.scaling.pool import ScoredPool, answer_votes, question_aucs  # noqa: E402
 from search.scaling.strategies import StrategyOptions  # noqa: E402
 from training import pretrained  # noqa: E402
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent  # noqa: E402
@@ -52,6 +54,31 @@ def curves(args: argparse.Namespace) -> None:
         print(f"  {name}@{r.k}: {r.accuracy:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]")
     print("  own verification:", json.dumps({k: round(x, 3) if isinstance(x, float) else x
                                                for k, x in pool.own_verification().items()}))
+    auc_intervals(pool, args.bootstrap)
+
+
+def auc_intervals(pool: ScoredPool, resamples: int) -> None:
+    """Within-question AUC of each signal over the questions with right and wrong candidates, and each
+    verdict signal minus the answer votes', with percentile bootstrap CIs over those questions."""
+    c = pool.correct
+    mixed = c.any(1) & ~c.all(1)
+    if not mixed.any():
+        print("  no question has both right and wrong candidates: no within-question AUC")
+        return
+    signals = {"verdicts": pool.scores("verdicts"), "votes": answer_votes(pool.answer_ids)}
+    if pool.has_probs:
+        signals["probability"] = pool.scores("probability")
+    aucs = {k: question_aucs(v, c)[mixed] for k, v in signals.items()}
+    idx = np.random.default_rng(0).integers(0, mixed.sum(), (resamples, mixed.sum()))
+
+    def ci(x: np.ndarray) -> str:
+        lo, hi = np.percentile(x[idx].mean(1), [2.5, 97.5])
+        return f"{x.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+    for k, v in aucs.items():
+        print(f"  within-question AUC, {k}: {ci(v)} ({mixed.sum()} questions)")
+    for k in aucs.keys() - {"votes"}:
+        print(f"  within-question AUC, {k} - votes: {ci(aucs[k] - aucs['votes'])}")
 
 
 def main(argv: list[str] | None = None) -> None:
