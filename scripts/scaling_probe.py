@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np  # noqa: E402
@@ -33,7 +34,6 @@ from search.scaling.config import ScalingConfig  # noqa: E402
 from search.scaling.curves import CurvesConfig, compute_curves  # noqa: E402
 from search.scaling.experiment import load_questions  # noqa: E402
 from search.scaling.pool import ScoredPool, answer_votes, question_aucs  # noqa: E402
-from search.scaling.strategies import StrategyOptions  # noqa: E402
 from training import pretrained  # noqa: E402
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent  # noqa: E402
 from verifiers.selfverify import answer_prompt  # noqa: E402
@@ -42,8 +42,10 @@ from verifiers.selfverify import answer_prompt  # noqa: E402
 def curves(args: argparse.Namespace) -> None:
     pool = ScoredPool.load(args.pool)
     pool.score = pool.scores(args.score)
-    result = compute_curves(pool, CurvesConfig(seeds=args.seeds, bootstrap=args.bootstrap,
-                                               options=StrategyOptions(score=args.score)))
+    config = Path(args.config or Path(args.pool).with_name("config.yaml"))
+    # the run's own curve settings (k_tie, seeds, ...) where its config.yaml is there; only the score changes
+    base = load_config(config, ScalingConfig).curves if config.exists() else CurvesConfig()
+    result = compute_curves(pool, replace(base, options=replace(base.options, score=args.score)))
     q, n, v = pool.shape
     print(f"{args.pool}: {q} questions x {n} candidates x {v} verdicts, score={args.score}")
     for d in result.differences:
@@ -93,8 +95,8 @@ def main(argv: list[str] | None = None) -> None:
     cv = sub.add_parser("curves", help="a run's curves from its pool.npz, scored by verdicts or probability")
     cv.add_argument("pool")
     cv.add_argument("--score", choices=["verdicts", "probability"], default="probability")
-    cv.add_argument("--seeds", type=int, default=20)
-    cv.add_argument("--bootstrap", type=int, default=1000)
+    cv.add_argument("--config", help="the run's config.yaml (default: beside the pool; else default settings)")
+    cv.add_argument("--bootstrap", type=int, default=1000, help="resamples of the AUC intervals")
     args = ap.parse_args(argv)
     if args.command == "curves":
         return curves(args)
