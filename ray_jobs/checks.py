@@ -16,6 +16,7 @@ from typing import Any
 
 from common.config import ConfigError
 from common.placement import Demand
+from search.scaling.arith_problems import DATASETS
 from training import embedded, pretrained
 
 
@@ -111,8 +112,8 @@ def soar_shared_paths(cfg: Any) -> dict[str, str]:
 
 # --- scaling ----------------------------------------------------------------------------------
 def check_scaling(cfg: Any) -> None:
-    if cfg.dataset != "arith":
-        need_path("dataset", cfg.dataset, "JSONL file")
+    if cfg.dataset not in DATASETS:
+        need_path("dataset", cfg.dataset, f"JSONL file (or a generated set: {', '.join(sorted(DATASETS))})")
     if cfg.triples != "arith" and cfg.mode != "curves":
         need_path("triples", cfg.triples, "JSONL file")
     if cfg.model == "seed":

@@ -132,6 +132,42 @@ def test_regex_structured_outputs_are_honoured(engine):
         engine.generate([CHAT], SamplingParams(max_tokens=4, regex=r"(?=1)[0-9]"))
 
 
+def test_constrained_verdicts_parse_and_their_probability_is_the_models(engine, base):
+    """verifiers.verdicts on real vLLM: every verdict and comparison a choice (the engine honours the
+    regex after a prefilled `Verdict:`), and P(1) / (P(0) + P(1)) as a float32 transformers forward
+    computes it, within bf16's slack."""
+    import asyncio
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from common.sampling import render_prompt
+    from search.scaling.verdicts import sample_verdicts
+    from verifiers.selfverify import compare_prompt, verify_prompt
+    from verifiers.verdicts import verdict_prompt
+
+    async def generate(prompts, params):
+        return engine.generate(list(prompts), params)
+
+    prompt = verify_prompt("Ann has 5 pens, gets 3. How many?", "5+3=8. The answer is \\boxed{8}.")
+    params = SamplingParams(temperature=1.0, max_tokens=32, seed=0)
+    for mode in ("constrained", "reasoned"):
+        (row,) = asyncio.run(sample_verdicts(generate, [prompt], [6], params, mode=mode, kind="verify"))
+        assert len(row) == 6 and {code for code, _ in row} <= {0, 1} and all(0 <= p <= 1 for _, p in row)
+    pair = compare_prompt("Ann has 5 pens, gets 3. How many?", "5+3=8. \\boxed{8}", "5+3=9. \\boxed{9}")
+    (picks,) = asyncio.run(sample_verdicts(generate, [pair], [4], params, mode="constrained", kind="compare"))
+    assert {code for code, _ in picks} <= {1, 2}
+    (row,) = asyncio.run(sample_verdicts(generate, [prompt], [1], SamplingParams(temperature=0, max_tokens=8),
+                                         mode="constrained", kind="verify"))
+    tok = AutoTokenizer.from_pretrained(base)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
+    ids = tok(render_prompt(tok, verdict_prompt(prompt)) + " ", return_tensors="pt", add_special_tokens=False)
+    with torch.inference_mode():
+        logp = model(**ids).logits[0, -1].log_softmax(-1)
+    one, zero = (logp[tok.convert_tokens_to_ids(d)].exp().item() for d in ("1", "0"))
+    assert row[0][1] == pytest.approx(one / (one + zero), abs=0.05)
+
+
 def test_logprobs_cover_every_token_with_ranked_alternatives(engine):
     (row,) = engine.generate([CHAT], SamplingParams(n=2, temperature=1.0, max_tokens=8, seed=1, logprobs=3))
     for c in row:

@@ -29,24 +29,28 @@ LOSS = ["loses", "sells", "gives away", "eats"]
 MAX_VALUE = 99  # every intermediate result stays in 0..99: two-digit sums for a tiny model
 
 
-def _problem(rng: random.Random, steps: int) -> dict[str, Any]:
-    value = rng.randint(2, 30)
+def _problem(rng: random.Random, steps: int, max_start: int = 30, max_operand: int = 20,
+             form: str = "word") -> dict[str, Any]:
+    value = rng.randint(2, max_start)
     clauses, ops = [], []
     for _ in range(steps):
         can_lose = value >= 2
         if can_lose and (value + 2 > MAX_VALUE or rng.random() < 0.5):
-            b = rng.randint(1, min(value, 20))
+            b = rng.randint(1, min(value, max_operand))
             clauses.append(f"{rng.choice(LOSS)} {b}")
             ops.append(("-", b))
             value -= b
         else:
-            b = rng.randint(1, min(20, MAX_VALUE - value))
+            b = rng.randint(1, min(max_operand, MAX_VALUE - value))
             clauses.append(f"{rng.choice(GAIN)} {b}")
             ops.append(("+", b))
             value += b
     start = value - sum(b if op == "+" else -b for op, b in ops)
     name, item = rng.choice(NAMES), rng.choice(ITEMS)
-    question = f"{name} has {start} {item}, " + ", ".join(clauses) + ". How many?"
+    if form == "expression":  # the same sum written bare: "What is 23 + 13 - 6?"
+        question = f"What is {start} " + " ".join(f"{op} {b}" for op, b in ops) + "?"
+    else:
+        question = f"{name} has {start} {item}, " + ", ".join(clauses) + ". How many?"
     return {"question": question, "answer": str(value), "start": start, "ops": ops}
 
 
@@ -63,18 +67,45 @@ def format_solution(steps: list[tuple[int, str, int, int]], answer: int | str) -
     return " ".join(f"{a}{op}{b}={r}." for a, op, b, r in steps) + f" Answer: {answer}"
 
 
-def make_problems(n: int, seed: int = 0, min_steps: int = 2, max_steps: int = 3) -> list[dict[str, Any]]:
-    """n problems with ids, questions, gold answers and the correct worked steps."""
+def make_problems(n: int, seed: int = 0, min_steps: int = 2, max_steps: int = 3, max_start: int = 30,
+                  max_operand: int = 20, form: str = "word", prefix: str = "arith") -> list[dict[str, Any]]:
+    """n problems with ids, questions, gold answers and the correct worked steps: a start in
+    2..max_start, then min_steps..max_steps gains or losses of 1..max_operand; `form` "word" ("Ann
+    has 12 pens, gets 5. How many?") or "expression" ("What is 12 + 5?")."""
+    if form not in ("word", "expression"):
+        raise ValueError(f"form={form!r}: must be 'word' or 'expression'")
     if not 1 <= min_steps <= max_steps:
         raise ValueError(f"min_steps={min_steps}, max_steps={max_steps}: need 1 <= min_steps <= max_steps")
+    if not (2 <= max_start <= MAX_VALUE and 1 <= max_operand):
+        raise ValueError(f"max_start={max_start}, max_operand={max_operand}: need 2 <= max_start <= {MAX_VALUE}, "
+                         "max_operand >= 1")
     rng = random.Random(seed)
     rows = []
     for i in range(n):
-        p = _problem(rng, rng.randint(min_steps, max_steps))
+        p = _problem(rng, rng.randint(min_steps, max_steps), max_start, max_operand, form)
         steps = _steps(p["start"], p["ops"])
-        rows.append({"id": f"arith-{seed}-{i}", "question": p["question"], "answer": p["answer"],
+        rows.append({"id": f"{prefix}-{seed}-{i}", "question": p["question"], "answer": p["answer"],
                      "solution": format_solution(steps, p["answer"])})
     return rows
+
+
+# The generated question sets a scaling config names as `dataset:` (make_problems' arguments).
+# "arith" is what the seed model was trained on; SmolLM2-135M-Instruct answers next to none of
+# its two- and three-step problems, so the one-step sets give a real model something to select.
+DATASETS: dict[str, dict[str, Any]] = {
+    "arith": {"min_steps": 2, "max_steps": 3},
+    "arith1": {"min_steps": 1, "max_steps": 1},  # one gain or loss: "Ann has 12 pens, gets 5. How many?"
+    "arith1-small": {"min_steps": 1, "max_steps": 1, "max_start": 9, "max_operand": 9},  # one-digit numbers
+    "sum1": {"min_steps": 1, "max_steps": 1, "form": "expression"},  # "What is 23 + 13?"
+    "sum1-small": {"min_steps": 1, "max_steps": 1, "max_start": 9, "max_operand": 9, "form": "expression"},
+}
+
+
+def generated_problems(name: str, n: int, seed: int) -> list[dict[str, Any]]:
+    """The first n problems of the generated set `name` (DATASETS), ids prefixed by the name."""
+    if name not in DATASETS:
+        raise ValueError(f"dataset={name!r} is not a generated set; choose one of {sorted(DATASETS)} or a JSONL path")
+    return make_problems(n, seed=seed, prefix=name, **DATASETS[name])
 
 
 def corrupt(rng: random.Random, start: int, ops: list[tuple[str, int]],

@@ -30,7 +30,7 @@ class ScalingConfig:
     experiment: str = "scaling"  # Redis namespace; outputs go to runs_dir/experiment/
     runs_dir: str = "runs"
     mode: Literal["curves", "verification_benchmark", "both"] = "curves"  # what to run
-    dataset: str = "arith"  # "arith" (generated offline) or a JSONL of {question, answer} rows
+    dataset: str = "arith"  # a generated set (arith_problems.DATASETS: arith, arith1, ...) or a JSONL of {question, answer}
     questions: int = 500  # first N questions of the dataset
     arith_seed: int = 1000  # seed of generated problems (the seed corpus uses 0)
     triples: str = "arith"  # verification benchmark: "arith" or a JSONL of {question, correct, wrong}
@@ -41,6 +41,9 @@ class ScalingConfig:
     sampler: PoolConfig = field(default_factory=PoolConfig)
     in_process: bool = False  # one engine in this process instead of the Ray SamplerPool (tests, debugging)
     prompt_style: Literal["full", "compact"] = "full"  # "compact" is what the seed model was trained on
+    # verdicts and comparisons (verifiers.verdicts): "parsed" free text; "constrained" the verdict alone
+    # under a regex, with its probability; "reasoned" free text, then the constrained verdict
+    verdict: Literal["parsed", "constrained", "reasoned"] = "parsed"
     k_inf: int = 200  # candidates per question (REFERENCES: 200)
     k_verif: int = 50  # verdicts per candidate (REFERENCES: 50)
     k_tie: int = 100  # stored pairwise comparisons per pair of answer classes (REFERENCES: 100 per matchup)
@@ -65,6 +68,9 @@ class ScalingConfig:
             raise ValueError(f"k_tie={self.k_tie} must be >= 0")
         if self.temperature < 0 or self.verify_temperature < 0:
             raise ValueError("temperature and verify_temperature must be >= 0")
+        if self.curves.options.score == "probability" and self.verdict == "parsed" and self.mode != "verification_benchmark":
+            raise ValueError("curves.options.score=probability needs verdict=constrained or verdict=reasoned "
+                             "(verdict=parsed stores no probabilities)")
 
     # old spellings: an error names the new one (one name per setting across every job)
     renamed_fields: ClassVar[dict[str, str]] = {
@@ -76,7 +82,7 @@ class ScalingConfig:
             k_inf=self.k_inf, k_verif=self.k_verif, k_tie=self.k_tie, compare_classes=self.compare_classes,
             temperature=self.temperature, verify_temperature=self.verify_temperature, max_tokens=self.max_tokens,
             verify_max_tokens=self.verify_max_tokens, style=self.prompt_style, batch_questions=self.batch_questions,
-            seed=self.sample_seed, model=model,
+            seed=self.sample_seed, model=model, verdict=self.verdict,
         )
 
 

@@ -29,16 +29,17 @@ from common.progress import progress
 from common.sampling import Completion, Generate, Prompt, SamplingParams
 from common.tracking import Tracker
 from search.pool import SamplerPool  # Ray is started by the job runner
-from search.scaling.arith_problems import arith_triples, make_problems
+from search.scaling.arith_problems import DATASETS, arith_triples, generated_problems
 from search.scaling.config import ScalingConfig
 from search.scaling.curves import compute_curves
 from search.scaling.pool import ScoredPool
 from search.scaling.report import report, write_outputs
 from search.scaling.sampling import ScalingSampler
+from search.scaling.verdicts import sample_verdicts
 from store import Store
 from store.codehash import content_hash
 from verifiers.math_answers import load_jsonl_dataset
-from verifiers.selfverify import compare_prompt, parse_comparison, parse_verification, verify_prompt
+from verifiers.selfverify import compare_prompt, verify_prompt
 
 log = logging.getLogger(__name__)
 # what each stored phase is, for its progress bar
@@ -47,8 +48,8 @@ PHASE_NAMES = {"candidates": "sampling", "verdicts": "verification", "comparison
 
 def load_questions(cfg: ScalingConfig) -> list[dict[str, str]]:
     """Questions with ids that change when the text does (stored samples are keyed by them)."""
-    if cfg.dataset == "arith":
-        rows = make_problems(cfg.questions, seed=cfg.arith_seed)
+    if cfg.dataset in DATASETS:
+        rows = generated_problems(cfg.dataset, cfg.questions, seed=cfg.arith_seed)
     else:
         rows = load_jsonl_dataset(cfg.dataset, cfg.questions)
     return [{"id": f"{r['id']}:{content_hash(r['question'] + '|' + r['answer'])[:8]}",
@@ -72,27 +73,27 @@ def make_generate(cfg: ScalingConfig, checkpoint: str) -> tuple[Generate, Callab
 
 
 async def verification_benchmark(generate, triples: list[dict[str, str]], cfg: ScalingConfig) -> dict[str, Any]:
-    """Verifier accuracy on correct and on wrong responses, and pairwise comparison accuracy."""
+    """Verifier accuracy on correct and on wrong responses, and pairwise comparison accuracy
+    (verdicts decoded in cfg.verdict's mode, as the curves' are)."""
     style = cfg.prompt_style
-    params = SamplingParams(n=cfg.k_verif, temperature=cfg.verify_temperature, max_tokens=cfg.verify_max_tokens,
-                            seed=cfg.sample_seed)
+    params = SamplingParams(temperature=cfg.verify_temperature, max_tokens=cfg.verify_max_tokens, seed=cfg.sample_seed)
     prompts = [verify_prompt(t["question"], t[kind], style) for t in triples for kind in ("correct", "wrong")]
-    rows = await generate(prompts, params)
-    verdicts = np.array([[parse_verification(c.text).value if parse_verification(c.text).ok else -1 for c in row]
-                         for row in rows]).reshape(len(triples), 2, -1)
+    rows = await sample_verdicts(generate, prompts, [cfg.k_verif] * len(prompts), params, mode=cfg.verdict,
+                                 kind="verify", salt=3)
+    verdicts = np.array([[code for code, _ in row] for row in rows]).reshape(len(triples), 2, -1)
     pairs = [compare_prompt(t["question"], t["correct"], t["wrong"], style) for t in triples]
     pairs += [compare_prompt(t["question"], t["wrong"], t["correct"], style) for t in triples]
-    cmp = await generate(pairs, SamplingParams(n=max(1, cfg.k_tie // 10), temperature=cfg.verify_temperature,
-                                               max_tokens=cfg.verify_max_tokens, seed=cfg.sample_seed))
+    cmp = await sample_verdicts(generate, pairs, [max(1, cfg.k_tie // 10)] * len(pairs), params, mode=cfg.verdict,
+                                kind="compare", salt=4)
     wanted = [1] * len(triples) + [2] * len(triples)  # where the correct response sits
-    picks = [(parse_comparison(c.text), w) for row, w in zip(cmp, wanted, strict=True) for c in row]
+    picks = [(code, w) for row, w in zip(cmp, wanted, strict=True) for code, _ in row]
     return {
-        "triples": len(triples), "verdicts_per_response": cfg.k_verif,
+        "triples": len(triples), "verdicts_per_response": cfg.k_verif, "verdict_mode": cfg.verdict,
         "accuracy_on_correct": float((verdicts[:, 0] == 1).mean()),
         "accuracy_on_wrong": float((verdicts[:, 1] == 0).mean()),
         "unparsable_rate": float((verdicts < 0).mean()),
-        "comparison_accuracy": float(np.mean([v.ok and v.value == w for v, w in picks])),
-        "comparison_unparsable_rate": float(np.mean([not v.ok for v, _ in picks])),
+        "comparison_accuracy": float(np.mean([code == w for code, w in picks])),
+        "comparison_unparsable_rate": float(np.mean([code < 0 for code, _ in picks])),
     }
 
 
@@ -124,7 +125,7 @@ class ScalingExperiment:
         """Candidates, verdicts and comparisons (resumed from Redis), as one pool."""
         sampler = ScalingSampler(self.store.client, self.cfg.experiment, self.generate, self.cfg.plan(self.model),
                                  self.progress, fence=self.store.fence_for(self.cfg.experiment))
-        return ScoredPool.from_records(asyncio.run(sampler.run(questions)))
+        return ScoredPool.from_records(asyncio.run(sampler.run(questions)), score=self.cfg.curves.options.score)
 
     def curves(self, pool: ScoredPool) -> dict[str, Any]:
         t = time.time()

@@ -13,19 +13,22 @@ Arrays (Q questions, N candidates each, V verdicts per candidate, A answer class
                 (shown first) against one answering b (second): [first won, second won,
                 unparsable]; the tie-break replays draws from these, per ordered pair
 - score         float [Q, N]  a scalar score for Best-of-N (default: mean verdict over all V)
+- verdict_probs float [Q, N, V] each verdict's probability of 1 (verifiers.verdicts), NaN where
+                the verdicts were parsed from free text (no probability)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from search.scaling.selection import verdict_score
 
-ARRAYS = ("correct", "answer_ids", "answer_correct", "verdicts", "compare_counts", "score")
+ARRAYS = ("correct", "answer_ids", "answer_correct", "verdicts", "compare_counts", "score", "verdict_probs")
+Score = Literal["verdicts", "probability"]  # a candidate's score: its share of 1 verdicts, or their mean probability
 
 
 @dataclass
@@ -37,12 +40,16 @@ class ScoredPool:
     verdicts: np.ndarray
     compare_counts: np.ndarray
     score: np.ndarray
+    verdict_probs: np.ndarray | None = None  # None: no probabilities (all NaN)
 
     def __post_init__(self):
         q, n = self.correct.shape
         v = self.verdicts.shape[2]
         a = self.answer_correct.shape[1]
-        want = {"answer_ids": (q, n), "verdicts": (q, n, v), "compare_counts": (q, a, a, 3), "score": (q, n)}
+        if self.verdict_probs is None:
+            self.verdict_probs = np.full(self.verdicts.shape, np.nan, np.float32)
+        want = {"answer_ids": (q, n), "verdicts": (q, n, v), "compare_counts": (q, a, a, 3), "score": (q, n),
+                "verdict_probs": (q, n, v)}
         for name, shape in want.items():
             if getattr(self, name).shape != shape:
                 raise ValueError(f"ScoredPool.{name} has shape {getattr(self, name).shape}, expected {shape}")
@@ -76,6 +83,20 @@ class ScoredPool:
         winners = (votes == best) & (best > 0)
         return (winners & self.answer_correct).any(1) & (winners.sum(1) == 1)
 
+    @property
+    def has_probs(self) -> bool:
+        """Whether every verdict has its probability (a constrained mode stored them all)."""
+        return bool(self.verdict_probs.size) and not np.isnan(self.verdict_probs).any()
+
+    def scores(self, score: Score) -> np.ndarray:
+        """A candidate's score [Q, N] over all its verdicts: share of 1s, or mean probability."""
+        if score == "verdicts":
+            return mean_verdict(self.verdicts)
+        if not self.has_probs:
+            raise ValueError("score='probability' needs every verdict's probability: sample with verdict=constrained "
+                             "or verdict=reasoned (verdict=parsed stores none)")
+        return self.verdict_probs.mean(-1)
+
     def unparsable_rates(self) -> dict[str, float]:
         """Share of verdicts and of stored comparisons that could not be parsed."""
         games = self.compare_counts.sum()
@@ -97,13 +118,20 @@ class ScoredPool:
         ones, zeros = (v == 1).mean(-1), (v == 0).mean(-1)
         score = mean_verdict(v)
         mixed = c.any(1) & ~c.all(1)
-        return {"on_correct": float(ones[c].mean()) if c.any() else float("nan"),
-                "on_wrong": float(zeros[~c].mean()) if (~c).any() else float("nan"),
-                "correct_candidates": int(c.sum()), "wrong_candidates": int((~c).sum()),
-                "pooled_auc": auc(score.ravel(), c.ravel()),
-                "within_question_auc": _mean_or_nan(question_aucs(score, c)[mixed]),
-                "answer_frequency_auc": _mean_or_nan(question_aucs(answer_votes(self.answer_ids), c)[mixed]),
-                "mixed_questions": int(mixed.sum())}
+        out = {"on_correct": float(ones[c].mean()) if c.any() else float("nan"),
+               "on_wrong": float(zeros[~c].mean()) if (~c).any() else float("nan"),
+               "correct_candidates": int(c.sum()), "wrong_candidates": int((~c).sum()),
+               "pooled_auc": auc(score.ravel(), c.ravel()),
+               "within_question_auc": _mean_or_nan(question_aucs(score, c)[mixed]),
+               "answer_frequency_auc": _mean_or_nan(question_aucs(answer_votes(self.answer_ids), c)[mixed]),
+               "mixed_questions": int(mixed.sum())}
+        if self.has_probs:  # the same rankings by the mean probability of 1 (verifiers.verdicts)
+            prob = self.scores("probability")
+            out |= {"probability_on_correct": float(prob[c].mean()) if c.any() else float("nan"),
+                    "probability_on_wrong": float(prob[~c].mean()) if (~c).any() else float("nan"),
+                    "pooled_auc_probability": auc(prob.ravel(), c.ravel()),
+                    "within_question_auc_probability": _mean_or_nan(question_aucs(prob, c)[mixed])}
+        return out
 
     def subset(self, mask: np.ndarray) -> ScoredPool:
         idx = np.flatnonzero(mask)
@@ -114,14 +142,15 @@ class ScoredPool:
 
     @classmethod
     def load(cls, path: str | Path) -> ScoredPool:
-        with np.load(path) as f:
-            return cls([str(x) for x in f["question_ids"]], *(f[n] for n in ARRAYS))
+        with np.load(path) as f:  # pools saved before verdict_probs existed load with none
+            return cls([str(x) for x in f["question_ids"]], *(f[n] if n in f else None for n in ARRAYS))
 
     @classmethod
-    def from_records(cls, records: list[dict[str, Any]]) -> ScoredPool:
-        """Build from per-question records (what the scaling job stores in Redis).
+    def from_records(cls, records: list[dict[str, Any]], score: Score = "verdicts") -> ScoredPool:
+        """Build from per-question records (what the scaling job stores in Redis); `score`: Best-of-N's.
 
-        A record: {"id", "candidates": [{"answer_id", "correct", "verdicts": [1, 0, -1, ...]}],
+        A record: {"id", "candidates": [{"answer_id", "correct", "verdicts": [1, 0, -1, ...],
+        "verdict_probs": [0.7, ...] or None}],
         "answer_correct": [bool per class], "comparisons": [[class_a, class_b, winner 1|2|-1], ...]}
         (class_a's response shown first; -1 = unparsable).
         Every question must have the same number of candidates and verdicts.
@@ -140,18 +169,23 @@ class ScoredPool:
         answer_ids = np.full((q, n), -1, np.int32)
         answer_correct = np.zeros((q, a), bool)
         verdicts = np.zeros((q, n, v), np.int8)
+        probs = np.full((q, n, v), np.nan, np.float32)
         counts = np.zeros((q, a, a, 3), np.int32)
         for i, r in enumerate(records):
             for j, c in enumerate(r["candidates"]):
                 correct[i, j] = bool(c["correct"])
                 answer_ids[i, j] = c["answer_id"]
                 verdicts[i, j] = c["verdicts"]
+                if c.get("verdict_probs") is not None:  # a missing probability stays NaN
+                    probs[i, j] = [np.nan if x is None else x for x in c["verdict_probs"]]
             answer_correct[i, : len(r["answer_correct"])] = r["answer_correct"]
             for x, y, winner in r.get("comparisons", []):
                 if x != y:  # same-answer comparisons cannot decide between answers
                     counts[i, x, y, {1: 0, 2: 1}.get(winner, 2)] += 1
-        score = mean_verdict(verdicts)
-        return cls([str(r["id"]) for r in records], correct, answer_ids, answer_correct, verdicts, counts, score)
+        pool = cls([str(r["id"]) for r in records], correct, answer_ids, answer_correct, verdicts, counts,
+                   mean_verdict(verdicts), probs)
+        pool.score = pool.scores(score)
+        return pool
 
 
 def auc(score: np.ndarray, correct: np.ndarray) -> float:

@@ -45,6 +45,13 @@ def report(cfg: ScalingConfig, summary: dict[str, Any]) -> str:
                            f"voting uses) {own['answer_frequency_auc']:.3f}; the mean verdict over all "
                            f"candidates pooled {own['pooled_auc']:.3f} (it also rewards knowing which questions "
                            "are hard, which does not help selection).\n")
+            if "within_question_auc_probability" in own:
+                out.append(f"By the verdicts' mean probability of 1 (verdict={cfg.verdict}): within-question AUC "
+                           f"{own['within_question_auc_probability']:.3f}, pooled "
+                           f"{own['pooled_auc_probability']:.3f}; mean probability "
+                           f"{own['probability_on_correct']:.3f} on correct candidates, "
+                           f"{own['probability_on_wrong']:.3f} on wrong ones. Verification@k scores by "
+                           f"{cfg.curves.options.score}.\n")
         out += ["\n## Does verification beat majority voting? Paired differences, largest k\n",
                 "Same resampled questions on both sides; the control is Consistency@k (majority vote).\n",
                 "| strategy - baseline | k | k_verif | difference | 95% CI |", "|---|---|---|---|---|"]

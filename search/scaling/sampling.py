@@ -10,8 +10,11 @@ a batch cut short is redone, nothing stored twice):
    whose best candidate verifies best, half in each order (representatives cycle through
    each class's best-verified candidates); the offline tie-break replays draws from them.
 
-No two identical requests are sent (search.scaling.requests): repeats of one prompt go
-out as one request with n summed, so a seeded engine cannot return copies.
+Verdicts and comparisons are decoded in the plan's `verdict` mode (search.scaling.verdicts):
+free text parsed, or a verdict constrained to its choices with the choice's probability stored
+beside it ({"codes", "probs"} per question). No two identical requests are sent
+(search.scaling.requests): repeats of one prompt go out as one request with n summed, so a
+seeded engine cannot return copies.
 
 Keys: ratchet:x:<experiment>:scaling:{candidates,verdicts,comparisons} are hashes whose
 fields are question ids and whose values are JSON.
@@ -26,20 +29,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from common.sampling import Generate, SamplingParams
-from search.scaling.requests import generate_each
 from search.scaling.selection import verdict_score
+from search.scaling.verdicts import sample_verdicts
 from store import keys
 from store.lease import fenced_pipeline
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent
-from verifiers.selfverify import (
-    Style,
-    answer_prompt,
-    compare_prompt,
-    parse_comparison,
-    parse_verification,
-    verdict_code,
-    verify_prompt,
-)
+from verifiers.selfverify import Style, answer_prompt, compare_prompt, verify_prompt
+from verifiers.verdicts import Mode
 
 PHASES = ("candidates", "verdicts", "comparisons")
 
@@ -58,6 +54,21 @@ class SamplingPlan:
     batch_questions: int  # questions per stored batch (the resumable unit)
     seed: int | None = None  # sampling seed
     model: str = ""  # the checkpoint sampled: a rerun with another model must not mix its samples in
+    verdict: Mode = "parsed"  # verifiers.verdicts mode of verdicts and comparisons
+
+
+# Plan fields added after experiments were stored: a stored plan without one was sampled with this.
+PLAN_DEFAULTS = {"verdict": "parsed"}
+
+
+def verdict_codes(stored: list | dict) -> list[list[int]]:
+    """A question's stored verdict codes [candidate][verdict] (lists before probabilities were stored)."""
+    return stored["codes"] if isinstance(stored, dict) else stored
+
+
+def verdict_probs(stored: list | dict) -> list[list[float | None]] | None:
+    """A question's stored verdict probabilities, or None when its mode records none."""
+    return stored.get("probs") if isinstance(stored, dict) else None
 
 
 class ScalingSampler:
@@ -89,7 +100,7 @@ class ScalingSampler:
         with fenced_pipeline(self.client, self.experiment, self.fence) as pipe:
             pipe.set(key, json.dumps(fixed, sort_keys=True), nx=True)
         old = json.loads(self.client.get(key))
-        diff = sorted(k for k in fixed if old.get(k) != fixed[k])
+        diff = sorted(k for k in fixed if old.get(k, PLAN_DEFAULTS.get(k)) != fixed[k])
         if diff:
             raise ValueError(f"experiment {self.experiment!r} was sampled with different {diff} "
                              f"(stored: { {k: old.get(k) for k in diff} }); use a new experiment name "
@@ -134,14 +145,21 @@ class ScalingSampler:
         p = self.plan
         cands = self.stored("candidates", [q["id"] for q in batch])
         prompts = [verify_prompt(q["question"], t, p.style) for q in batch for t in cands[q["id"]]["texts"]]
-        rows = iter(await generate_each(self.generate, prompts, [p.k_verif] * len(prompts),
-                                        self._params(1, p.verify_temperature, p.verify_max_tokens), salt=1))
-        return {q["id"]: [[verdict_code(parse_verification(c.text)) for c in next(rows)]
-                          for _ in cands[q["id"]]["texts"]] for q in batch}
+        rows = iter(await sample_verdicts(self.generate, prompts, [p.k_verif] * len(prompts),
+                                          self._params(1, p.verify_temperature, p.verify_max_tokens),
+                                          mode=p.verdict, kind="verify", salt=1))
+        out = {}
+        for q in batch:
+            scored = [next(rows) for _ in cands[q["id"]]["texts"]]
+            codes = [[code for code, _ in row] for row in scored]
+            # parsed verdicts have no probabilities: stored as before, a list of codes per candidate
+            out[q["id"]] = codes if p.verdict == "parsed" else {"codes": codes, "probs": [[pr for _, pr in row]
+                                                                                       for row in scored]}
+        return out
 
     def comparison_pairs(self, cand: dict[str, Any], verdicts: list[list[int]]) -> list[tuple[int, int]]:
         """k_tie ordered candidate pairs across the best-verified answer classes."""
-        scores = [float(verdict_score(vs.count(1), len(vs))) for vs in verdicts]
+        scores = [float(verdict_score(vs.count(1), len(vs))) for vs in verdict_codes(verdicts)]
         members: dict[int, list[int]] = {}
         for i in sorted(range(len(scores)), key=lambda i: -scores[i]):
             if cand["answer_ids"][i] >= 0:
@@ -163,11 +181,12 @@ class ScalingSampler:
         if jobs:
             texts = lambda q, i: cands[q["id"]]["texts"][i]  # noqa: E731
             prompts = [compare_prompt(q["question"], texts(q, i), texts(q, j), p.style) for q, i, j in jobs]
-            rows = await generate_each(self.generate, prompts, [1] * len(prompts),
-                                       self._params(1, p.verify_temperature, p.verify_max_tokens), salt=2)
-            for (q, i, j), (c,) in zip(jobs, rows, strict=True):
+            rows = await sample_verdicts(self.generate, prompts, [1] * len(prompts),
+                                         self._params(1, p.verify_temperature, p.verify_max_tokens),
+                                         mode=p.verdict, kind="compare", salt=2)
+            for (q, i, j), ((code, _),) in zip(jobs, rows, strict=True):
                 ids_ = cands[q["id"]]["answer_ids"]
-                out[q["id"]].append([i, j, ids_[i], ids_[j], verdict_code(parse_comparison(c.text))])
+                out[q["id"]].append([i, j, ids_[i], ids_[j], code])
         return out
 
     def records(self, questions: list[dict[str, str]]) -> list[dict[str, Any]]:
@@ -181,10 +200,12 @@ class ScalingSampler:
         for qid in ids:
             c = cands[qid]
             ok = c["answer_correct"]
+            probs = verdict_probs(verdicts[qid]) or [None] * len(c["answer_ids"])
             out.append({
                 "id": qid, "answer_correct": ok,
-                "candidates": [{"answer_id": a, "correct": a >= 0 and ok[a], "verdicts": v}
-                               for a, v in zip(c["answer_ids"], verdicts[qid], strict=True)],
+                "candidates": [{"answer_id": a, "correct": a >= 0 and ok[a], "verdicts": v, "verdict_probs": pr}
+                               for a, v, pr in zip(c["answer_ids"], verdict_codes(verdicts[qid]), probs,
+                                                   strict=True)],
                 "comparisons": [[a, b, w] for _, _, a, b, w in comps[qid]],
             })
         return out

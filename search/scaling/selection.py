@@ -40,6 +40,9 @@ class SelectionOptions:
     n_preliminary: int = 10  # verdicts in the preliminary round
     preliminary_threshold: float = 0.2  # drop candidates whose preliminary score is below this
     max_per_answer: int = 15  # after the preliminary round keep the top this many per answer
+    # A candidate's score from its drawn verdicts: their share of 1s (the paper), or their mean
+    # probability of 1 (verdicts decoded under the choice regex store it: verifiers.verdicts)
+    score: str = "verdicts"
 
     def __post_init__(self):
         if not 0 <= self.top_margin < 1:
@@ -48,6 +51,8 @@ class SelectionOptions:
             raise ValueError("n_preliminary and max_per_answer must be >= 1")
         if self.k_tie < 0:
             raise ValueError(f"k_tie={self.k_tie} must be >= 0 (0: no comparisons)")
+        if self.score not in ("verdicts", "probability"):
+            raise ValueError(f"score={self.score!r} must be 'verdicts' or 'probability'")
         if not 0 <= self.preliminary_threshold <= 1:
             raise ValueError(f"preliminary_threshold={self.preliminary_threshold} must be in [0, 1]")
 

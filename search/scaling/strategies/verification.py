@@ -25,9 +25,22 @@ from search.scaling.selection import (
 from search.scaling.strategies.base import Draws, StrategyResult, check_k, draw_verdicts
 
 
+def probability_scores(pool: ScoredPool, draws: Draws, k_verif: int, first: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mean probability of k_verif verdicts drawn without replacement, of the first `first` of them),
+    each [S, Q, N]."""
+    if not pool.has_probs:
+        pool.scores("probability")  # raises, saying how to sample probabilities
+    s, (q, n, v) = draws.seeds, pool.shape
+    pick = np.argsort(draws.rng.random((s, q, n, v)), axis=-1)[..., :k_verif]
+    drawn = np.take_along_axis(np.broadcast_to(pool.verdict_probs, (s, q, n, v)), pick, -1)
+    return drawn.mean(-1), drawn[..., :first].mean(-1)
+
+
 def verdict_scores(pool: ScoredPool, draws: Draws, k_verif: int, options: SelectionOptions
                    ) -> tuple[np.ndarray, np.ndarray]:
     """(score [S, Q, N] from k_verif drawn verdicts, preliminary score [S, Q, N] from the first few)."""
+    if options.score == "probability":
+        return probability_scores(pool, draws, k_verif, min(options.n_preliminary, k_verif))
     ones, zeros, bad = (np.broadcast_to(c, (draws.seeds, *c.shape)) for c in pool.verdict_counts())
     first = min(options.n_preliminary, k_verif) if options.preliminary else k_verif
     p1, p0, pb = draw_verdicts(draws.rng, ones, zeros, bad, first)
@@ -80,7 +93,7 @@ def replay_tie_break(rng: np.random.Generator, table: np.ndarray, qs: np.ndarray
 
 def select(pool: ScoredPool, draws: Draws, k: int, k_verif: int, options: SelectionOptions) -> np.ndarray:
     """Index (into each k-subsample) of the selected candidate, [S, Q]."""
-    score, prelim = draws.cached(("verification", k_verif, options.preliminary, options.n_preliminary),
+    score, prelim = draws.cached(("verification", k_verif, options.preliminary, options.n_preliminary, options.score),
                                  lambda: verdict_scores(pool, draws, k_verif, options))
     m, classes = draws.take(score, k), draws.take_answers(k)
     top, chosen, disagree = shortlist(classes, m, options, draws.take(prelim, k) if options.preliminary else None)
