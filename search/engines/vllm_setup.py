@@ -13,6 +13,7 @@ DEFAULT_MEMORY_FRACTION = 0.85  # of the actor's share of the GPU, when gpu_memo
 # config.json keys that may differ between two checkpoints whose weights are swappable in place
 _VOLATILE_CONFIG_KEYS = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache"}
 DEFAULT_CPU_KV_CACHE_GIB = 1.0  # on a CPU, when neither cpu_kv_cache_gib nor $VLLM_CPU_KVCACHE_SPACE is set
+_VOLATILE_TOKENIZER_KEYS = {"local_files_only", "name_or_path", "_commit_hash", "cache_dir"}  # how it was loaded
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt")
 
 
@@ -75,12 +76,22 @@ def extra_eos_ids(checkpoint: str, eos_token_id: int | None) -> list[int]:
     return sorted(ids)
 
 
+def _tokenizer_file_digest(path: Path) -> str | None:
+    """A tokenizer file's content; in tokenizer_config.json, without the loader options that
+    save_pretrained writes back (`local_files_only` follows $HF_HUB_OFFLINE: a checkpoint trained
+    without it set differed from its base in that key alone, and every switch restarted vLLM)."""
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    if path.name == "tokenizer_config.json":
+        config = {k: v for k, v in json.loads(data).items() if k not in _VOLATILE_TOKENIZER_KEYS}
+        data = json.dumps(config, sort_keys=True).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
 def _fingerprint(checkpoint: str) -> tuple:
     """What must match for an in-place weight swap: architecture and tokenizer."""
     config = json.loads((Path(checkpoint) / "config.json").read_text())
     arch = {k: v for k, v in config.items() if k not in _VOLATILE_CONFIG_KEYS}
-    files = tuple(
-        hashlib.sha256((Path(checkpoint) / f).read_bytes()).hexdigest() if (Path(checkpoint) / f).is_file() else None
-        for f in _TOKENIZER_FILES
-    )
+    files = tuple(_tokenizer_file_digest(Path(checkpoint) / f) for f in _TOKENIZER_FILES)
     return json.dumps(arch, sort_keys=True), files
