@@ -79,3 +79,17 @@ def soar_model(tmp_path_factory) -> str:
                      n=800, max_steps=80, batch_size=8, max_length=1024, learning_rate=3e-3, cache_dir=str(cache),
                      words="evolution.seed_corpus:program_words")
     return build_seed_model(cfg, progress=False).path
+
+
+@pytest.fixture(scope="session")
+def untrained_model(tmp_path_factory) -> str:
+    """A random-weight tiny Llama with the arithmetic corpus' tokenizer: real, fast, noisy (its free
+    text almost never holds a verdict line)."""
+    from search.scaling.arith_problems import seed_corpus
+    from training.seed import SeedConfig, init_model
+    from training.tokenizer import train_tokenizer
+
+    out = tmp_path_factory.mktemp("untrained-arith")
+    rows = seed_corpus(n=50)
+    init_model(SeedConfig(preset="tiny"), train_tokenizer((r["prompt"] + r["completion"] for r in rows), 259), out)
+    return str(out)

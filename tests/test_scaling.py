@@ -13,7 +13,7 @@ import pytest
 
 from common.sampling import Completion, SamplingParams
 from ray_jobs.scaling import ScalingConfig, run
-from search.scaling.arith_problems import make_problems, seed_corpus
+from search.scaling.arith_problems import make_problems
 from search.scaling.pool import ScoredPool
 from search.scaling.sampling import SamplingPlan, ScalingSampler
 from search.scaling.service_search import SearchOptions, search_and_select
@@ -187,18 +187,6 @@ def test_sampler_stores_everything_and_resumes_without_resampling(store, experim
     assert again.calls == 0 and records2 == records
     with pytest.raises(ValueError, match=r"different \['k_inf'\]"):
         asyncio.run(ScalingSampler(store.client, experiment_name, again.generate, plan(k_inf=8, seed=3)).run(questions))
-
-
-@pytest.fixture(scope="module")
-def untrained_model(tmp_path_factory) -> str:
-    """A random-weight tiny Llama with the arithmetic corpus' tokenizer: real, fast, noisy."""
-    from training.seed import SeedConfig, init_model
-    from training.tokenizer import train_tokenizer
-
-    out = tmp_path_factory.mktemp("untrained-arith")
-    rows = seed_corpus(n=50)
-    init_model(SeedConfig(preset="tiny"), train_tokenizer((r["prompt"] + r["completion"] for r in rows), 259), out)
-    return str(out)
 
 
 def test_scaling_job_end_to_end_on_a_real_model(store, experiment_name, tmp_path, untrained_model):

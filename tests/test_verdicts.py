@@ -13,7 +13,7 @@ import pytest
 
 from common.sampling import Completion, SamplingParams, render_prompt
 from ray_jobs.scaling import ScalingConfig, run
-from search.scaling.arith_problems import DATASETS, generated_problems, make_problems, seed_corpus
+from search.scaling.arith_problems import DATASETS, generated_problems, make_problems
 from search.scaling.pool import ScoredPool, synthetic_pool
 from search.scaling.strategies import Draws, StrategyOptions, get_strategy
 from search.scaling.verdicts import sample_verdicts
@@ -73,18 +73,6 @@ def test_the_verdict_prompt_prefills_the_answer_up_to_the_verdict():
 
 
 # --- on a real engine: always parsable ---------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def untrained_model(tmp_path_factory) -> str:
-    """A random-weight tiny Llama: its free text almost never holds a verdict line."""
-    from training.seed import SeedConfig, init_model
-    from training.tokenizer import train_tokenizer
-
-    out = tmp_path_factory.mktemp("untrained-verdicts")
-    rows = seed_corpus(n=50)
-    init_model(SeedConfig(preset="tiny"), train_tokenizer((r["prompt"] + r["completion"] for r in rows), 259), out)
-    return str(out)
-
 
 @pytest.fixture(scope="module")
 def generate(untrained_model):
