@@ -19,7 +19,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: pretrained demo-real mutate cluster-demo chaos setup setup-vllm test-vllm vllm-workloads setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
+.PHONY: pretrained demo-real demo-verifier mutate cluster-demo chaos setup setup-vllm test-vllm vllm-workloads setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 
@@ -62,9 +62,10 @@ test-vllm: setup-vllm
 
 # Every workload on sampler.engine=vllm with SmolLM2 on this CPU, each to its end with its report:
 # `ratchet serve` answering a chat through the openai client, then scaling, TPO and SOAR
-# (configs/*-smollm-vllm.yaml; scripts/demo_real.py --engine vllm), under new experiment names.
+# (configs/*-smollm-vllm.yaml; scripts/demo_real.py --engine vllm), and scaling with the trained
+# verifier (configs/scaling-smollm-verifier.yaml), under new experiment names.
 vllm-workloads: setup-vllm
-	$(VPY) scripts/demo_real.py --engine vllm --fresh
+	$(VPY) scripts/demo_real.py --engine vllm --fresh --workloads serve scaling tpo soar verifier
 
 # Proves from the registry's metadata alone (no GPU, no wheel downloads) that the GPU set
 # resolves and that the CPU set is unchanged. Not part of `make test`: it needs the registry.
@@ -138,10 +139,18 @@ REAL_ENGINE ?= vllm
 demo-real: $(if $(filter vllm,$(REAL_ENGINE)),setup-vllm,setup)
 	$(if $(filter vllm,$(REAL_ENGINE)),$(VPY),$(PY)) scripts/demo_real.py --engine $(REAL_ENGINE)
 
-# Rebuild the embedded seed models in models/ from their recipes (training/embedded.py). Only
-# when a recipe changes: every rebuild adds megabytes to the repository's history.
-seeds: setup
-	$(PY) -m training.embedded build
+# The real-model scaling demo with a trained verifier: SmolLM2-135M-Instruct's candidates, checked by
+# the same model with the embedded LoRA adapter models/smollm2-verifier-lora merged in (on vLLM's CPU
+# build); its report prints Verification@k - Consistency@k at every k and both within-question AUCs.
+demo-verifier: setup-vllm
+	$(VPY) scripts/demo_real.py --engine vllm --workloads verifier
+
+# Rebuild the embedded models in models/ from their recipes (training/embedded.py): the seed models
+# on .venv, the LoRA verifier on .venv-vllm (it samples its training answers with vLLM; ~25 min).
+# Only when a recipe changes: every rebuild adds megabytes to the repository's history.
+seeds: setup setup-vllm
+	$(PY) -m training.embedded build --kind seed
+	$(VPY) -m training.embedded build --kind adapter
 
 test: setup
 	$(PY) -m pytest

@@ -120,6 +120,8 @@ def check_scaling(cfg: Any) -> None:
         _corpus("seed_model.corpus", cfg.seed_model.corpus)
     elif cfg.sampler.engine != "openai":  # an endpoint's model is a served name, not a path
         need_checkpoint("model", cfg.model)
+    if cfg.verifier and cfg.sampler.engine != "openai":  # a checkpoint dir or a LoRA adapter dir
+        need_checkpoint("verifier", cfg.verifier)
 
 
 def scaling_shared_paths(cfg: Any) -> dict[str, str]:
@@ -168,7 +170,12 @@ def soar_demands(cfg: Any, gpus_exist: bool) -> list[Demand]:
 
 
 def scaling_demands(cfg: Any, gpus_exist: bool) -> list[Demand]:
-    return [] if cfg.in_process else [pool_demand("sampler.num_actors", cfg.sampler, gpus_exist)]
+    if cfg.in_process:
+        return []
+    demands = [pool_demand("sampler.num_actors", cfg.sampler, gpus_exist)]
+    if cfg.verifier:  # ray_jobs.scaling: the verifier's own pool, the sampler's shape
+        demands.append(pool_demand("verifier (its own pool: sampler.*)", cfg.sampler, gpus_exist))
+    return demands
 
 
 def tpo_demands(cfg: Any, gpus_exist: bool) -> list[Demand]:

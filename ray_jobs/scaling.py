@@ -22,7 +22,7 @@ from common.tracking import Tracker
 from ray_jobs import checks, runner
 from search.scaling.config import ScalingConfig
 from search.scaling.experiment import ScalingExperiment, make_generate
-from training import embedded, pretrained
+from training import adapters, embedded, pretrained
 from training.seed import build_seed_model
 
 log = logging.getLogger(__name__)
@@ -39,13 +39,25 @@ def resolve_model(cfg: ScalingConfig) -> str:
     return seed.path
 
 
+def resolve_verifier(cfg: ScalingConfig) -> str:
+    """The verifier's checkpoint ("" = self-verification): an adapter dir (an embedded one checked
+    against its manifest first) is merged into its base once (training.adapters)."""
+    if not cfg.verifier:
+        return ""
+    path = embedded.verified(pretrained.resolve_checkpoint(cfg.verifier))
+    return adapters.merged_checkpoint(path) if adapters.is_adapter(path) else path
+
+
 def run_job(cfg: ScalingConfig, ctx: runner.JobContext) -> dict[str, Any]:
-    checkpoint = resolve_model(cfg)
+    checkpoint, verifier = resolve_model(cfg), resolve_verifier(cfg)
     generate, shutdown = make_generate(cfg, checkpoint)
+    verify_generate, shutdown_verifier = make_generate(cfg, verifier) if verifier else (None, lambda: None)
     try:
         with Tracker.start(cfg.tracking, run_dir=ctx.run_dir, experiment=cfg.experiment, config=cfg) as tracker:
-            return ScalingExperiment(cfg, ctx.store, ctx.run_dir, generate, model=checkpoint, tracker=tracker).run()
+            return ScalingExperiment(cfg, ctx.store, ctx.run_dir, generate, model=checkpoint, tracker=tracker,
+                                     verify_generate=verify_generate, verifier=verifier).run()
     finally:
+        shutdown_verifier()
         shutdown()
 
 

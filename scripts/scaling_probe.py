@@ -6,12 +6,16 @@ config's questions and answer prompt, `--n` samples per question at each tempera
 pass@1 (the share of right samples), the questions with at least one right sample, and the mean
 distinct answers per question. No Ray, no Redis.
 
+`compare` sets two verifiers side by side on the same candidates (two runs of one model and
+sample_seed): each one's within-question AUC, and the difference with its bootstrap CI.
+
 `curves` recomputes a finished run's paired differences and own-verification figures from its
 pool.npz with `--score verdicts|probability` (curves.options.score), without sampling anything.
 
     .venv-vllm/bin/python scripts/scaling_probe.py pass1 --config configs/scaling-smollm-vllm.yaml \\
         --temperatures 0.3 0.7 1.0 --n 8 dataset=sum1-small questions=48
     python scripts/scaling_probe.py curves runs/scaling-smollm-vllm/pool.npz --score probability
+    python scripts/scaling_probe.py compare runs/zero-shot/pool.npz runs/trained/pool.npz   # same candidates
 """
 
 from __future__ import annotations
@@ -83,6 +87,33 @@ def auc_intervals(pool: ScoredPool, resamples: int) -> None:
         print(f"  within-question AUC, {k} - votes: {ci(aucs[k] - aucs['votes'])}")
 
 
+def compare(args: argparse.Namespace) -> None:
+    """Two verifiers on the same candidates (two runs of one model and sample_seed): each one's
+    within-question AUC by probability, the second minus the first and minus the votes, with
+    bootstrap CIs over the questions that have right and wrong candidates."""
+    a, b = ScoredPool.load(args.first), ScoredPool.load(args.second)
+    if a.question_ids != b.question_ids or not (a.correct == b.correct).all() or not (
+            a.answer_ids == b.answer_ids).all():
+        raise SystemExit("the two pools do not hold the same candidates: run both with the same model, questions "
+                         "and sample_seed")
+    c = a.correct
+    mixed = c.any(1) & ~c.all(1)
+    aucs = {"first": question_aucs(a.scores(args.score), c)[mixed], "second": question_aucs(b.scores(args.score), c)[mixed],
+            "votes": question_aucs(answer_votes(a.answer_ids), c)[mixed]}
+    idx = np.random.default_rng(0).integers(0, mixed.sum(), (args.bootstrap, mixed.sum()))
+
+    def ci(x: np.ndarray) -> str:
+        lo, hi = np.percentile(x[idx].mean(1), [2.5, 97.5])
+        return f"{x.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+    print(f"{mixed.sum()} of {len(c)} questions with right and wrong candidates; score={args.score}")
+    print(f"  within-question AUC, first {args.first}: {ci(aucs['first'])}")
+    print(f"  within-question AUC, second {args.second}: {ci(aucs['second'])}")
+    print(f"  within-question AUC, answer votes: {ci(aucs['votes'])}")
+    print(f"  second - first: {ci(aucs['second'] - aucs['first'])}")
+    print(f"  second - votes: {ci(aucs['second'] - aucs['votes'])}")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -97,9 +128,16 @@ def main(argv: list[str] | None = None) -> None:
     cv.add_argument("--score", choices=["verdicts", "probability"], default="probability")
     cv.add_argument("--config", help="the run's config.yaml (default: beside the pool; else default settings)")
     cv.add_argument("--bootstrap", type=int, default=1000, help="resamples of the AUC intervals")
+    cp = sub.add_parser("compare", help="two verifiers' within-question AUC on the same candidates, paired")
+    cp.add_argument("first", help="pool.npz of one run (e.g. self-verification)")
+    cp.add_argument("second", help="pool.npz of a run with the same model and sample_seed, another verifier")
+    cp.add_argument("--score", choices=["verdicts", "probability"], default="probability")
+    cp.add_argument("--bootstrap", type=int, default=1000)
     args = ap.parse_args(argv)
     if args.command == "curves":
         return curves(args)
+    if args.command == "compare":
+        return compare(args)
     cfg = load_config(args.config, ScalingConfig, args.overrides)
     questions = load_questions(cfg)
     engine = make_engine(cfg.sampler.engine, checkpoint=pretrained.resolve_checkpoint(cfg.model),

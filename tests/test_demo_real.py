@@ -27,3 +27,25 @@ def test_demo_experiments_follow_the_config_and_its_overrides(tmp_path):
     assert demo.demo_experiment(cfg, ["iterations=1"]) != first  # other overrides: another experiment
     cfg.write_text("experiment: tpo-smollm\niterations: 3\n")
     assert demo.demo_experiment(cfg, []) != first  # a changed config: another experiment
+
+
+def test_a_rebuilt_verifier_adapter_is_another_demo_experiment(tmp_path, monkeypatch):
+    """The verifier demo's config names an embedded adapter; its manifest is part of the digest, so a
+    rebuilt adapter never meets the stored verdicts of the old one (the job would refuse them)."""
+    demo = _demo()
+    monkeypatch.setattr(demo, "ROOT", tmp_path)
+    (tmp_path / "models" / "lora").mkdir(parents=True)
+    (tmp_path / "models" / "lora" / "manifest.json").write_text('{"recipe_hash": "a"}')
+    cfg = tmp_path / "scaling-smollm-verifier.yaml"
+    cfg.write_text("experiment: scaling-smollm-verifier\nverifier: models/lora   # merged once\n")
+    first = demo.demo_experiment(cfg, [])
+    assert first == demo.demo_experiment(cfg, [])
+    (tmp_path / "models" / "lora" / "manifest.json").write_text('{"recipe_hash": "b"}')
+    assert demo.demo_experiment(cfg, []) != first
+
+
+def test_the_verifier_demo_is_a_scaling_job_on_its_own_config():
+    demo = _demo()
+    job, stem = demo.CONFIGS["verifier"]
+    assert job == "scaling" and (ROOT / "configs" / f"{stem}.yaml").exists()
+    assert "verifier" not in demo.DEFAULT_WORKLOADS  # make demo-real keeps its four steps

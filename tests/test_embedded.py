@@ -1,4 +1,5 @@
-"""Embedded seed models: every shipped manifest matches its recipe; a changed recipe is caught."""
+"""Embedded models (seed models and adapters): every shipped manifest matches its recipe; a changed
+recipe is caught."""
 
 from __future__ import annotations
 
@@ -45,6 +46,50 @@ def test_manifest_catches_a_changed_recipe_and_a_changed_file(tmp_path, monkeypa
     assert any("do not match" in p for p in embedded.problems("toy", models_dir=tmp_path))
     with pytest.raises(ValueError, match="do not match"):
         embedded.checkpoint("toy", models_dir=tmp_path)
+
+
+def toy_adapter_recipe():
+    from search.scaling.verifier_adapter import VerifierRecipe
+
+    return VerifierRecipe(candidates=4)
+
+
+def toy_adapter_recipe_changed():
+    from dataclasses import replace
+
+    return replace(toy_adapter_recipe(), learning_rate=1e-3)
+
+
+def toy_adapter_build(recipe, out):
+    """Stands in for the build's sampling and training (the tests of verifier_adapter train a real one)."""
+    (out / "adapter_config.json").write_text(json.dumps({"base_model_name_or_path": recipe.base}))
+    return {"train": {"steps": recipe.candidates}}
+
+
+def test_an_adapter_recipe_is_checked_like_a_seed_models(tmp_path, monkeypatch):
+    monkeypatch.setitem(embedded.RECIPES, "toy-lora", Recipe(adapter=f"{__name__}:toy_adapter_recipe",
+                                                             build=f"{__name__}:toy_adapter_build"))
+    manifest = embedded.build("toy-lora", models_dir=tmp_path)
+    assert manifest["config"]["candidates"] == 4 and manifest["train"]["steps"] == 4
+    assert embedded.problems("toy-lora", models_dir=tmp_path) == []
+    monkeypatch.setitem(embedded.RECIPES, "toy-lora", Recipe(adapter=f"{__name__}:toy_adapter_recipe_changed",
+                                                             build=f"{__name__}:toy_adapter_build"))
+    [problem] = embedded.problems("toy-lora", models_dir=tmp_path)
+    assert "recipe changed" in problem
+
+
+def test_an_adapter_recipe_hashes_its_pinned_base_file(monkeypatch):
+    """Same fields over another pinned file (a new wheel of the base) are another recipe."""
+    from dataclasses import replace
+
+    from search.scaling.verifier_adapter import VerifierRecipe
+    from training import pretrained
+
+    recipe = VerifierRecipe()
+    before = embedded.adapter_hash(recipe)
+    real = pretrained.spec
+    monkeypatch.setattr(pretrained, "spec", lambda name: replace(real(name), file_sha256="0" * 64))
+    assert embedded.adapter_hash(recipe) != before
 
 
 def test_missing_model_says_how_to_build_it(tmp_path):

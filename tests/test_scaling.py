@@ -212,12 +212,32 @@ def test_scaling_job_end_to_end_on_a_real_model(store, experiment_name, tmp_path
     # it opens with the comparison against the control (majority vote), then the curves
     assert report.index("## Does verification beat majority voting? Paired differences") < report.index(
         "## All questions")
+    # the paired difference at every k (1, 2, 4) and the ambiguous curve at every k (implicit scaling)
+    every_k = report.split("### At every k")[1].split("##")[0]
+    assert [int(line.split(" | ")[1]) for line in every_k.splitlines() if line.startswith("| Verification@k -")] == [1, 2, 4]
     assert [p["k"] for p in saved["curves"]["verification"]] == [1, 2, 4]
     assert saved["heatmap"]["k_verif_values"] == [1, 2]
     bench = summary["verification_benchmark"]
     assert bench["triples"] == 3 and 0 <= bench["unparsable_rate"] <= 1
     assert ScoredPool.load(out / "pool.npz").shape == (4, 4, 2)
     assert store.experiments.get(experiment_name).status == "done"
+
+
+def test_report_shows_the_implicit_scaling_curve_at_every_k():
+    """Accuracy on ambiguous draws at every k, for verification and its control (a pool that has some)."""
+    from search.scaling.curves import CurvesConfig, compute_curves
+    from search.scaling.pool import synthetic_pool
+    from search.scaling.report import report
+
+    pool = synthetic_pool(questions=30, candidates=8, verdicts=2, seed=1)
+    summary = compute_curves(pool, CurvesConfig(seeds=2, bootstrap=20)).summary()
+    text = report(ScalingConfig(experiment="synthetic"), summary | {"own_verification": pool.own_verification()})
+    implicit = text.split("## Implicit scaling: accuracy on ambiguous draws at every k")[1].split("##")[0]
+    rows = [line for line in implicit.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert [int(r.split(" | ")[0][2:]) for r in rows] == [1, 2, 4, 8]
+    assert "Verification@k | Consistency@k" in implicit
+    ver = [float(r.split(" | ")[1]) for r in rows]
+    assert ver == [round(x["accuracy"], 3) for x in summary["curves_ambiguous"]["verification"]]
 
 
 def test_majority_fallback_settles_a_tied_vote_at_random_not_by_first_seen():

@@ -50,6 +50,10 @@ class RatchetTrainFields:
     lora_target_modules: str = field(default="all-linear", metadata={"help": "Modules that get adapters."})
     cpu_threads: int = field(default=0, metadata={"help": "torch threads on CPU; 0 = all cores of this process."})
     quiet: bool = field(default=False, metadata={"help": "No per-step log lines (with disable_tqdm: silent)."})
+    save_adapter: bool = field(default=False, metadata={
+        "help": "With lora: also save the adapter itself, unmerged (PEFT's adapter_config.json and "
+                "adapter_model.safetensors), in the checkpoint's adapter/ subdir: megabytes to ship where the "
+                "merged checkpoint is the whole model (training/embedded.py's adapter recipes)."})
     return_weights: bool = field(default=False, metadata={
         "help": "Also return the final state dict (LoRA merged, on the CPU) in TrainResult.weights, for samplers "
                 "that take weights in memory (train_remote(weights=True) sets it)."})
@@ -210,13 +214,21 @@ def set_callbacks(trainer, cfg: RatchetTrainFields) -> None:
             callback.logging_dir = cfg.tracking_dir  # transformers 5 has no logging_dir argument
 
 
+ADAPTER_DIR = "adapter"  # save_adapter's subdir of the saved checkpoint
+
+
 def save_trained(trainer, tokenizer, output_dir: str, metrics: dict[str, Any], started: float,
-                 weights: bool = False) -> TrainResult:
+                 weights: bool = False, adapter: bool = False) -> TrainResult:
     """Merge LoRA if any, save into a temp dir, then rename into place (atomic); with `weights`,
-    the saved weights come back too (TrainResult.weights)."""
+    the saved weights come back too (TrainResult.weights); with `adapter`, the unmerged LoRA
+    adapter goes into the checkpoint's adapter/ subdir first."""
     final = Path(output_dir)
     tmp = final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
     model = trainer.model
+    if adapter:
+        if not hasattr(model, "merge_and_unload"):
+            raise ValueError("save_adapter needs lora=True: a full fine-tuning has no adapter to save")
+        model.save_pretrained(tmp / ADAPTER_DIR)
     if hasattr(model, "merge_and_unload"):  # a PeftModel: ship plain weights every engine loads
         model = model.merge_and_unload()
     model.save_pretrained(tmp)
@@ -294,7 +306,8 @@ def run_trainer(trainer_cls, cfg, data, columns: tuple[str, ...], callbacks: lis
         log.info("%s: %d steps, %.3g s/step, peak memory %.0f MiB, %s", extra_metrics.get("method", "training"),
                  metrics["steps"], metrics["s_per_step"], metrics["peak_memory_mb"],
                  f"LoRA r={cfg.lora_r} alpha={cfg.lora_alpha}" if cfg.lora else "full fine-tuning")
-        return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started, weights=cfg.return_weights)
+        return save_trained(trainer, tokenizer, cfg.output_dir, metrics, started, weights=cfg.return_weights,
+                            adapter=cfg.save_adapter)
 
 
 def gpu_options() -> dict[str, Any]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from common.sampling import Prompt
+from verifiers.math_answers import extract_answer
 
 Style = Literal["full", "compact"]
 STYLES: tuple[str, ...] = ("full", "compact")
@@ -67,9 +68,24 @@ def answer_prompt(question: str, style: Style = "full") -> Prompt:
     return [{"role": "user", "content": f"{question}\n\nSolve step by step and put the final answer in \\boxed{{}}."}]
 
 
-def verify_prompt(question: str, response: str, style: Style = "full") -> Prompt:
-    """Ask whether `response` answers `question` correctly (verdict 0/1)."""
+View = Literal["solution", "answer"]
+VIEWS: tuple[str, ...] = ("solution", "answer")
+ANSWER_CHECK = ("Is the proposed final answer to this problem correct? Work it out, then end with exactly one "
+                "line `Verdict: 1` if it is correct or `Verdict: 0` if it is not.")
+
+
+def verify_prompt(question: str, response: str, style: Style = "full", view: View = "solution") -> Prompt:
+    """Ask whether `response` answers `question` correctly (verdict 0/1). `view`: what the checker
+    sees, the whole solution (the paper's), or its final answer alone (extracted; "none" without one),
+    a short prompt where a small checker only has to redo the arithmetic."""
     _check_style(style)
+    if view not in VIEWS:
+        raise ValueError(f"verification view {view!r} is unknown; choose one of {list(VIEWS)}")
+    if view == "answer":
+        answer = extract_answer(response) or "none"
+        if style == "compact":
+            return f"Q: {question}\nA: {answer}\nCheck:"
+        return [{"role": "user", "content": f"{ANSWER_CHECK}\n\nProblem:\n{question}\n\nProposed final answer: {answer}"}]
     if style == "compact":
         return f"Q: {question}\nA: {response.strip()}\nCheck:"
     body = f"{VERIFY_INSTRUCTIONS}\n\nProblem:\n{question}\n\nCandidate solution:\n{response.strip()}"

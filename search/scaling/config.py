@@ -37,6 +37,9 @@ class ScalingConfig:
     benchmark_triples: int = 100  # triples used by the verification benchmark
     model: str = "seed"  # "seed": build/reuse the offline seed model; else a checkpoint (or served model name)
     seed_model: SeedConfig = field(default_factory=demo_seed)  # used when model == "seed"
+    # who checks: "" = the model itself (self-verification); else a checkpoint for the verdicts and
+    # comparisons, or a LoRA adapter dir (models/smollm2-verifier-lora) merged into its base once
+    verifier: str = ""
     # engine, engine_kwargs (e.g. batch_size, base_url) and Ray actors (search/pool.py)
     sampler: PoolConfig = field(default_factory=PoolConfig)
     in_process: bool = False  # one engine in this process instead of the Ray SamplerPool (tests, debugging)
@@ -44,6 +47,9 @@ class ScalingConfig:
     # verdicts and comparisons (verifiers.verdicts): "parsed" free text; "constrained" the verdict alone
     # under a regex, with its probability; "reasoned" free text, then the constrained verdict
     verdict: Literal["parsed", "constrained", "reasoned"] = "parsed"
+    # what a verdict sees of a candidate: its whole solution (the paper's) or its final answer alone
+    # (verifiers.selfverify.verify_prompt; a verifier adapter is trained on one of them)
+    verify_view: Literal["solution", "answer"] = "solution"
     k_inf: int = 200  # candidates per question (REFERENCES: 200)
     k_verif: int = 50  # verdicts per candidate (REFERENCES: 50)
     k_tie: int = 100  # stored pairwise comparisons per pair of answer classes (REFERENCES: 100 per matchup)
@@ -76,13 +82,14 @@ class ScalingConfig:
     renamed_fields: ClassVar[dict[str, str]] = {
         "num_actors": "sampler.num_actors", "engine": "sampler.engine", "engine_kwargs": "sampler.engine_kwargs"}
 
-    def plan(self, model: str = "") -> SamplingPlan:
-        """The sampling plan stored with the experiment; `model`: the resolved checkpoint."""
+    def plan(self, model: str = "", verifier: str = "") -> SamplingPlan:
+        """The sampling plan stored with the experiment; `model`, `verifier`: the resolved checkpoints."""
         return SamplingPlan(
             k_inf=self.k_inf, k_verif=self.k_verif, k_tie=self.k_tie, compare_classes=self.compare_classes,
             temperature=self.temperature, verify_temperature=self.verify_temperature, max_tokens=self.max_tokens,
             verify_max_tokens=self.verify_max_tokens, style=self.prompt_style, batch_questions=self.batch_questions,
-            seed=self.sample_seed, model=model, verdict=self.verdict,
+            seed=self.sample_seed, model=model, verdict=self.verdict, verifier=verifier,
+            verify_view=self.verify_view,
         )
 
 

@@ -36,6 +36,7 @@ from search.scaling.pool import ScoredPool
 from search.scaling.report import report, write_outputs
 from search.scaling.sampling import ScalingSampler
 from search.scaling.verdicts import sample_verdicts
+from search.scaling.verifier_adapter import check_heldout
 from store import Store
 from store.codehash import content_hash
 from verifiers.math_answers import load_jsonl_dataset
@@ -77,7 +78,8 @@ async def verification_benchmark(generate, triples: list[dict[str, str]], cfg: S
     (verdicts decoded in cfg.verdict's mode, as the curves' are)."""
     style = cfg.prompt_style
     params = SamplingParams(temperature=cfg.verify_temperature, max_tokens=cfg.verify_max_tokens, seed=cfg.sample_seed)
-    prompts = [verify_prompt(t["question"], t[kind], style) for t in triples for kind in ("correct", "wrong")]
+    prompts = [verify_prompt(t["question"], t[kind], style, cfg.verify_view) for t in triples
+               for kind in ("correct", "wrong")]
     rows = await sample_verdicts(generate, prompts, [cfg.k_verif] * len(prompts), params, mode=cfg.verdict,
                                  kind="verify", salt=3)
     verdicts = np.array([[code for code, _ in row] for row in rows]).reshape(len(triples), 2, -1)
@@ -101,9 +103,12 @@ class ScalingExperiment:
     """One scaling experiment: each step a method, the state in Redis and run_dir."""
 
     def __init__(self, cfg: ScalingConfig, store: Store, run_dir: Path, generate: Generate, model: str = "",
-                 tracker: Tracker | None = None):
-        """`model`: the resolved checkpoint, stored in the sampling plan (a rerun with another refuses)."""
+                 tracker: Tracker | None = None, verify_generate: Generate | None = None, verifier: str = ""):
+        """`model`: the resolved checkpoint, stored in the sampling plan (a rerun with another refuses);
+        `verify_generate` samples the verdicts and comparisons from `verifier` (cfg.verifier resolved),
+        else `generate` does (self-verification)."""
         self.cfg, self.store, self.run_dir, self.generate, self.model = cfg, store, run_dir, generate, model
+        self.verify_generate, self.verifier = verify_generate or generate, verifier
         self.tracker = tracker or Tracker({})
         self.started = time.time()
         self.bars: dict[str, Any] = {}
@@ -119,12 +124,16 @@ class ScalingExperiment:
             bar.close()
 
     def questions(self) -> list[dict[str, str]]:
-        return load_questions(self.cfg)
+        questions = load_questions(self.cfg)
+        if self.cfg.verifier:
+            check_heldout(self.cfg.verifier, [q["question"] for q in questions])
+        return questions
 
     def sample(self, questions: list[dict[str, str]]) -> ScoredPool:
         """Candidates, verdicts and comparisons (resumed from Redis), as one pool."""
-        sampler = ScalingSampler(self.store.client, self.cfg.experiment, self.generate, self.cfg.plan(self.model),
-                                 self.progress, fence=self.store.fence_for(self.cfg.experiment))
+        sampler = ScalingSampler(self.store.client, self.cfg.experiment, self.generate,
+                                 self.cfg.plan(self.model, self.verifier), self.progress,
+                                 fence=self.store.fence_for(self.cfg.experiment), verify_generate=self.verify_generate)
         return ScoredPool.from_records(asyncio.run(sampler.run(questions)), score=self.cfg.curves.options.score)
 
     def curves(self, pool: ScoredPool) -> dict[str, Any]:
@@ -149,7 +158,7 @@ class ScalingExperiment:
     def benchmark(self) -> dict[str, Any]:
         triples = self.triples()
         log.info("verification benchmark: %d triples, %d verdicts per response", len(triples), self.cfg.k_verif)
-        result = asyncio.run(verification_benchmark(self.generate, triples, self.cfg))
+        result = asyncio.run(verification_benchmark(self.verify_generate, triples, self.cfg))
         self.tracker.log(result, step=0, prefix="verification_benchmark")
         return result
 
@@ -160,7 +169,8 @@ class ScalingExperiment:
         self.store.events(self.cfg.experiment).emit("scaling_done", wall_s=summary["wall_s"])
 
     def run(self) -> dict[str, Any]:
-        summary: dict[str, Any] = {"experiment": self.cfg.experiment, "model": self.model}
+        summary: dict[str, Any] = {"experiment": self.cfg.experiment, "model": self.model,
+                                   "verifier": self.verifier or "self"}
         if self.cfg.mode in ("curves", "both"):
             summary |= self.curves(self.sample(self.questions()))
         if self.cfg.mode in ("verification_benchmark", "both"):

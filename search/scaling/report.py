@@ -25,6 +25,9 @@ def write_outputs(run_dir: Path, curves: Curves, pool: ScoredPool) -> None:
 
 def report(cfg: ScalingConfig, summary: dict[str, Any]) -> str:
     out = [f"# {cfg.experiment}: sampling-based search with self-verification\n"]
+    if summary.get("verifier", "self") != "self":
+        out.append(f"Candidates from {summary.get('model', cfg.model)}; verdicts and comparisons from the verifier "
+                   f"{cfg.verifier} ({summary['verifier']}).\n")
     if "curves" in summary:
         p = summary["pool"]
         out.append(f"{p['questions']} questions x {p['k_inf']} candidates x {p['k_verif']} verdicts; "
@@ -56,11 +59,12 @@ def report(cfg: ScalingConfig, summary: dict[str, Any]) -> str:
                 "Same resampled questions on both sides; the control is Consistency@k (majority vote).\n",
                 "| strategy - baseline | k | k_verif | difference | 95% CI |", "|---|---|---|---|---|"]
         last = max((d["k"] for d in summary["differences"]), default=None)
-        for d in summary["differences"]:
-            if d["k"] == last:
-                out.append(f"| {LABELS.get(d['strategy'], d['strategy'])} - {LABELS.get(d['baseline'], d['baseline'])}"
-                           f" | {d['k']} | {d['k_verif']} | {d['difference']:+.3f} | "
-                           f"[{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] |")
+        out += [_difference_row(d) for d in summary["differences"] if d["k"] == last]
+        if len({d["k"] for d in summary["differences"]}) > 1:
+            out += ["\n### At every k\n", "| strategy - baseline | k | k_verif | difference | 95% CI |",
+                    "|---|---|---|---|---|"]
+            out += [_difference_row(d) for d in sorted(summary["differences"], key=lambda d: (d["strategy"], d["k"]))]
+        out += _implicit_scaling(summary.get("curves_ambiguous", {}))
         for key, title in (("curves", "All questions"), ("curves_ambiguous", "Ambiguous questions")):
             out += [f"\n## {title}, largest k\n", "| strategy | k | accuracy | 95% CI |", "|---|---|---|---|"]
             for s, rows in summary[key].items():
@@ -84,3 +88,26 @@ def report(cfg: ScalingConfig, summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
+
+
+def _difference_row(d: dict[str, Any]) -> str:
+    return (f"| {LABELS.get(d['strategy'], d['strategy'])} - {LABELS.get(d['baseline'], d['baseline'])} | {d['k']} | "
+            f"{d['k_verif']} | {d['difference']:+.3f} | [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] |")
+
+
+IMPLICIT = ("verification", "consistency", "pass")  # the ambiguous curves the implicit-scaling table shows
+
+
+def _implicit_scaling(ambiguous: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Accuracy on ambiguous draws at every k: the paper's implicit scaling is Verification@k
+    rising with k there (more candidates, and the verifier still finds the right one)."""
+    shown = [s for s in IMPLICIT if ambiguous.get(s)]
+    if not shown:
+        return []
+    ks = [r["k"] for r in ambiguous[shown[0]]]
+    out = ["\n## Implicit scaling: accuracy on ambiguous draws at every k\n",
+           "| k | " + " | ".join(LABELS.get(s, s) for s in shown) + " |", "|---" * (len(shown) + 1) + "|"]
+    for i, k in enumerate(ks):
+        cells = [f"{ambiguous[s][i]['accuracy']:.3f}" if i < len(ambiguous[s]) else "" for s in shown]
+        out.append(f"| {k} | " + " | ".join(cells) + " |")
+    return out

@@ -34,7 +34,7 @@ from search.scaling.verdicts import sample_verdicts
 from store import keys
 from store.lease import fenced_pipeline
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent
-from verifiers.selfverify import Style, answer_prompt, compare_prompt, verify_prompt
+from verifiers.selfverify import Style, View, answer_prompt, compare_prompt, verify_prompt
 from verifiers.verdicts import Mode
 
 PHASES = ("candidates", "verdicts", "comparisons")
@@ -55,10 +55,12 @@ class SamplingPlan:
     seed: int | None = None  # sampling seed
     model: str = ""  # the checkpoint sampled: a rerun with another model must not mix its samples in
     verdict: Mode = "parsed"  # verifiers.verdicts mode of verdicts and comparisons
+    verifier: str = ""  # the checkpoint of verdicts and comparisons; "" = `model` (self-verification)
+    verify_view: View = "solution"  # what a verdict sees of a candidate (verifiers.selfverify.verify_prompt)
 
 
 # Plan fields added after experiments were stored: a stored plan without one was sampled with this.
-PLAN_DEFAULTS = {"verdict": "parsed"}
+PLAN_DEFAULTS = {"verdict": "parsed", "verifier": "", "verify_view": "solution"}
 
 
 def verdict_codes(stored: list | dict) -> list[list[int]]:
@@ -73,9 +75,12 @@ def verdict_probs(stored: list | dict) -> list[list[float | None]] | None:
 
 class ScalingSampler:
     def __init__(self, client: Any, experiment: str, generate: Generate, plan: SamplingPlan,
-                 progress: Callable[[str, int, int], None] | None = None, fence: tuple[str, int] | None = None):
-        """`fence` (Store.fence_for): every write checks the driver still holds the lease."""
+                 progress: Callable[[str, int, int], None] | None = None, fence: tuple[str, int] | None = None,
+                 verify_generate: Generate | None = None):
+        """`fence` (Store.fence_for): every write checks the driver still holds the lease.
+        `verify_generate`: the verifier's sampler (plan.verifier), else `generate` verifies too."""
         self.client, self.experiment, self.generate, self.plan = client, experiment, generate, plan
+        self.verify_generate = verify_generate or generate
         self.progress = progress or (lambda phase, done, total: None)
         self.fence = fence
 
@@ -144,8 +149,9 @@ class ScalingSampler:
     async def _verdicts(self, batch: list[dict[str, str]]) -> dict[str, Any]:
         p = self.plan
         cands = self.stored("candidates", [q["id"] for q in batch])
-        prompts = [verify_prompt(q["question"], t, p.style) for q in batch for t in cands[q["id"]]["texts"]]
-        rows = iter(await sample_verdicts(self.generate, prompts, [p.k_verif] * len(prompts),
+        prompts = [verify_prompt(q["question"], t, p.style, p.verify_view) for q in batch
+                   for t in cands[q["id"]]["texts"]]
+        rows = iter(await sample_verdicts(self.verify_generate, prompts, [p.k_verif] * len(prompts),
                                           self._params(1, p.verify_temperature, p.verify_max_tokens),
                                           mode=p.verdict, kind="verify", salt=1))
         out = {}
@@ -181,7 +187,7 @@ class ScalingSampler:
         if jobs:
             texts = lambda q, i: cands[q["id"]]["texts"][i]  # noqa: E731
             prompts = [compare_prompt(q["question"], texts(q, i), texts(q, j), p.style) for q, i, j in jobs]
-            rows = await sample_verdicts(self.generate, prompts, [1] * len(prompts),
+            rows = await sample_verdicts(self.verify_generate, prompts, [1] * len(prompts),
                                          self._params(1, p.verify_temperature, p.verify_max_tokens),
                                          mode=p.verdict, kind="compare", salt=2)
             for (q, i, j), ((code, _),) in zip(jobs, rows, strict=True):
