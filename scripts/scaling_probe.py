@@ -63,6 +63,18 @@ def curves(args: argparse.Namespace) -> None:
     auc_intervals(pool, args.bootstrap)
 
 
+def bootstrap_ci(n: int, resamples: int):
+    """A formatter of a per-question array's mean with its 95% percentile bootstrap CI over its n questions
+    (one fixed set of resamples, so every signal printed is resampled alike)."""
+    idx = np.random.default_rng(0).integers(0, n, (resamples, n))
+
+    def ci(x: np.ndarray) -> str:
+        lo, hi = np.percentile(x[idx].mean(1), [2.5, 97.5])
+        return f"{x.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
+
+    return ci
+
+
 def auc_intervals(pool: ScoredPool, resamples: int) -> None:
     """Within-question AUC of each signal over the questions with right and wrong candidates, and each
     verdict signal minus the answer votes', with percentile bootstrap CIs over those questions."""
@@ -75,11 +87,7 @@ def auc_intervals(pool: ScoredPool, resamples: int) -> None:
     if pool.has_probs:
         signals["probability"] = pool.scores("probability")
     aucs = {k: question_aucs(v, c)[mixed] for k, v in signals.items()}
-    idx = np.random.default_rng(0).integers(0, mixed.sum(), (resamples, mixed.sum()))
-
-    def ci(x: np.ndarray) -> str:
-        lo, hi = np.percentile(x[idx].mean(1), [2.5, 97.5])
-        return f"{x.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    ci = bootstrap_ci(int(mixed.sum()), resamples)
 
     for k, v in aucs.items():
         print(f"  within-question AUC, {k}: {ci(v)} ({mixed.sum()} questions)")
@@ -100,11 +108,7 @@ def compare(args: argparse.Namespace) -> None:
     mixed = c.any(1) & ~c.all(1)
     aucs = {"first": question_aucs(a.scores(args.score), c)[mixed], "second": question_aucs(b.scores(args.score), c)[mixed],
             "votes": question_aucs(answer_votes(a.answer_ids), c)[mixed]}
-    idx = np.random.default_rng(0).integers(0, mixed.sum(), (args.bootstrap, mixed.sum()))
-
-    def ci(x: np.ndarray) -> str:
-        lo, hi = np.percentile(x[idx].mean(1), [2.5, 97.5])
-        return f"{x.mean():+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    ci = bootstrap_ci(int(mixed.sum()), args.bootstrap)
 
     print(f"{mixed.sum()} of {len(c)} questions with right and wrong candidates; score={args.score}")
     print(f"  within-question AUC, first {args.first}: {ci(aucs['first'])}")

@@ -19,9 +19,13 @@ points at it: candidates still come from the base model, verdicts from base + ad
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import logging
 import random
+import shutil
+import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,11 +216,6 @@ CANDIDATES = "ratchet_candidates.jsonl.gz"  # the labelled answers it was traine
 def build_embedded(recipe: VerifierRecipe, out: Path) -> dict[str, Any]:
     """training/embedded.py's builder: sample the base's answers, train the adapter, write into `out`
     the adapter (its base named as the recipe names it), the training questions and the candidates."""
-    import gzip
-    import shutil
-    import tempfile
-    import time
-
     from training import pretrained
     from training.adapters import ADAPTER_CONFIG, ADAPTER_WEIGHTS
     from training.common import ADAPTER_DIR
