@@ -9,6 +9,11 @@ distinct answers per question. No Ray, no Redis.
 `compare` sets two verifiers side by side on the same candidates (two runs of one model and
 sample_seed): each one's within-question AUC, and the difference with its bootstrap CI.
 
+`seeds` gathers runs of one config at several sample_seeds (the same questions, new candidates each): per
+seed and averaged per question over the seeds, Verification@k and weighted Best-of-N minus Consistency@k at
+the largest k and the within-question AUCs, with a bootstrap CI over questions and the spread across seeds;
+`--against` pairs each run with another verifier's run at the same seed (the AUC difference, paired).
+
 `curves` recomputes a finished run's paired differences and own-verification figures from its
 pool.npz with `--score verdicts|probability` (curves.options.score), without sampling anything.
 
@@ -16,6 +21,7 @@ pool.npz with `--score verdicts|probability` (curves.options.score), without sam
         --temperatures 0.3 0.7 1.0 --n 8 dataset=sum1-small questions=48
     python scripts/scaling_probe.py curves runs/scaling-smollm-vllm/pool.npz --score probability
     python scripts/scaling_probe.py compare runs/zero-shot/pool.npz runs/trained/pool.npz   # same candidates
+    python scripts/scaling_probe.py seeds runs/trained-s*/pool.npz --against runs/zero-shot-s*/pool.npz
 """
 
 from __future__ import annotations
@@ -118,6 +124,61 @@ def compare(args: argparse.Namespace) -> None:
     print(f"  second - votes: {ci(aucs['second'] - aucs['votes'])}")
 
 
+def same_candidates(a: ScoredPool, b: ScoredPool) -> bool:
+    return a.question_ids == b.question_ids and (a.correct == b.correct).all() and (a.answer_ids == b.answer_ids).all()
+
+
+def largest_k_gains(pool: ScoredPool, cfg: CurvesConfig) -> dict[str, np.ndarray]:
+    """Per question at the largest k: each paired difference of the run's report (its own draws)."""
+    result = compute_curves(pool, cfg)
+    k = max(result.k_values)
+    return {f"{a} - {b}": x for (a, b, kk), x in result.per_question.items() if kk == k}
+
+
+def seeds(args: argparse.Namespace) -> None:
+    """The runs of one config at several sample_seeds, per seed and averaged over them per question."""
+    if args.against and len(args.against) != len(args.pools):
+        raise SystemExit(f"--against needs one pool per run ({len(args.pools)}), got {len(args.against)}")
+    per_seed: dict[str, list[np.ndarray]] = {}  # signal -> one [Q] array per seed (NaN where undefined)
+    questions = None
+    for i, path in enumerate(args.pools):
+        pool = ScoredPool.load(path)
+        if questions is None:
+            questions = pool.question_ids
+        elif pool.question_ids != questions:
+            raise SystemExit(f"{path} holds other questions than {args.pools[0]}: one config, several sample_seeds")
+        config = Path(path).with_name("config.yaml")
+        cfg = load_config(config, ScalingConfig).curves if config.exists() else CurvesConfig()
+        pool.score = pool.scores(cfg.options.score)
+        signals = largest_k_gains(pool, cfg)
+        c = pool.correct
+        mixed = c.any(1) & ~c.all(1)
+        nan = np.full(len(c), np.nan)
+        signals["AUC, verifier"] = np.where(mixed, question_aucs(pool.score, c), nan)
+        signals["AUC, answer votes"] = np.where(mixed, question_aucs(answer_votes(pool.answer_ids), c), nan)
+        signals["AUC, verifier - votes"] = signals["AUC, verifier"] - signals["AUC, answer votes"]
+        if args.against:
+            other = ScoredPool.load(args.against[i])
+            if not same_candidates(pool, other):
+                raise SystemExit(f"{path} and {args.against[i]} do not hold the same candidates")
+            signals["AUC, verifier - against"] = signals["AUC, verifier"] - np.where(
+                mixed, question_aucs(other.scores(cfg.options.score), c), nan)
+        print(f"{path}: {pool.shape[0]} questions x {pool.shape[1]} candidates, score={cfg.options.score}, "
+              f"pass@1 {c.mean():.3f}, {int(mixed.sum())} with right and wrong candidates")
+        for name, x in signals.items():
+            per_seed.setdefault(name, []).append(x)
+            print(f"  {name}: {np.nanmean(x):+.3f}")
+    print(f"Averaged per question over {len(args.pools)} seeds, 95% bootstrap CI over questions; "
+          "[min, max] of the seeds' means:")
+    for name, xs in per_seed.items():
+        stacked = np.stack(xs)
+        keep = ~np.isnan(stacked).all(0)
+        mean = np.nanmean(stacked[:, keep], 0)
+        ci = bootstrap_ci(len(mean), args.bootstrap)
+        means = [np.nanmean(x) for x in xs]
+        print(f"  {name}: {ci(mean)} ({keep.sum()} questions); seeds [{min(means):+.3f}, {max(means):+.3f}]")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -137,7 +198,13 @@ def main(argv: list[str] | None = None) -> None:
     cp.add_argument("second", help="pool.npz of a run with the same model and sample_seed, another verifier")
     cp.add_argument("--score", choices=["verdicts", "probability"], default="probability")
     cp.add_argument("--bootstrap", type=int, default=1000)
+    sd = sub.add_parser("seeds", help="runs of one config at several sample_seeds, per seed and averaged")
+    sd.add_argument("pools", nargs="+", help="pool.npz of each run (config.yaml beside it gives the curve settings)")
+    sd.add_argument("--against", nargs="*", default=[], help="another verifier's pool.npz at the same seeds, in order")
+    sd.add_argument("--bootstrap", type=int, default=1000)
     args = ap.parse_args(argv)
+    if args.command == "seeds":
+        return seeds(args)
     if args.command == "curves":
         return curves(args)
     if args.command == "compare":

@@ -204,7 +204,8 @@ def test_scaling_job_end_to_end_on_a_real_model(store, experiment_name, tmp_path
     saved = json.loads((out / "summary.json").read_text())
     assert set(saved["curves"]) == {"pass", "consistency", "best_of_n", "weighted_best_of_n", "verification",
                                     "verification_tie"}
-    assert {(d["strategy"], d["k"]) for d in saved["differences"]} >= {("verification", 4), ("verification_tie", 4)}
+    assert {(d["strategy"], d["k"]) for d in saved["differences"]} >= {("verification", 4), ("verification_tie", 4),
+                                                                          ("weighted_best_of_n", 4)}
     assert set(saved["unparsable"]) == {"verdicts", "comparisons"}
     own = saved["own_verification"]
     assert own["correct_candidates"] + own["wrong_candidates"] == 16

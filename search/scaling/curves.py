@@ -81,6 +81,8 @@ class Curves:
     ambiguous: int  # questions with a correct candidate that full-pool majority vote gets wrong
     differences: list[dict[str, Any]] = field(default_factory=list)  # paired CIs, see compute_curves
     unparsable: dict[str, float] = field(default_factory=dict)  # share of unparsable verdicts, comparisons
+    # (strategy, baseline, k) -> the difference per question behind each `differences` row (for pooling runs)
+    per_question: dict[tuple[str, str, int], np.ndarray] = field(default_factory=dict, repr=False)
 
     def curve(self, strategy: str, subset: Subset = "all") -> list[CurvePoint]:
         """Accuracy vs k; strategies that use verdicts at the largest k_verif."""
@@ -148,8 +150,10 @@ def bootstrap_ci(per_question: np.ndarray, resamples: int | np.ndarray, confiden
     return np.percentile(means, tail, axis=1), np.percentile(means, 100 - tail, axis=1)
 
 
-# Paired comparisons reported at every k: (strategy, baseline).
-DIFFERENCES = (("verification", "consistency"), ("verification_tie", "consistency"))
+# Paired comparisons reported at every k: (strategy, baseline). Weighted Best-of-N is the verifier's score
+# added to the votes (summed per answer): the verifier as a second signal rather than the only one.
+DIFFERENCES = (("verification", "consistency"), ("verification_tie", "consistency"),
+               ("weighted_best_of_n", "consistency"))
 
 
 def compute_curves(pool: ScoredPool, cfg: CurvesConfig) -> Curves:
@@ -195,18 +199,19 @@ def compute_curves(pool: ScoredPool, cfg: CurvesConfig) -> Curves:
             points.append(CurvePoint(name, "ambiguous", k, kv, float(nu.sum() / de.sum()), float(a), float(b),
                                      int(round(de.sum() / cfg.seeds))))
     index = {key: i for i, key in enumerate(keys)}
-    differences = []
+    differences, per_question = [], {}
     for a_name, b_name in DIFFERENCES:
         kv = max(kvs) if a_name in USES_VERDICTS else None
         for k in ks:
             if (a_name, k, kv) in index and (b_name, k, None) in index:
                 diff = per_q[index[(a_name, k, kv)]] - per_q[index[(b_name, k, None)]]
+                per_question[(a_name, b_name, k)] = diff
                 lo, hi = bootstrap_ci(diff[None], counts, cfg.confidence)
                 differences.append({"strategy": a_name, "baseline": b_name, "k": k, "k_verif": kv,
                                     "difference": float(diff.mean()), "ci_low": float(lo[0]),
                                     "ci_high": float(hi[0])})
     amb = int((pool.ambiguous() & ~solved).sum())
-    return Curves(points, ks, kvs, (q, n, v), amb, differences, pool.unparsable_rates())
+    return Curves(points, ks, kvs, (q, n, v), amb, differences, pool.unparsable_rates(), per_question)
 
 
 LABELS = {"pass": "pass@k (oracle)", "consistency": "Consistency@k", "best_of_n": "Best-of-N",
