@@ -66,6 +66,11 @@ def headline(summary: dict[str, Any]) -> str:
     rows = {d["strategy"]: d for d in summary.get("differences", []) if d["k"] == k_inf}
     parts = [f"{s} - consistency at k={d['k']}: {d['difference']:+.3f} [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}]"
              for s, d in rows.items()]
+    own = summary.get("own_verification", {})
+    auc = own.get("within_question_auc_probability", own.get("within_question_auc"))
+    if auc is not None:  # the verifier's ranking beside what majority voting ranks by
+        parts.append(f"within-question AUC: verifier {auc:.3f}, answer votes {own['answer_frequency_auc']:.3f} "
+                     f"({own['mixed_questions']} questions)")
     return "scaling: " + ("; ".join(parts) or "verification benchmark done") + f" ({num(summary['wall_s'])} s)"
 
 

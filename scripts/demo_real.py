@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import json
 import os
 import signal
@@ -109,9 +110,10 @@ def run_job(name: str, overrides: list[str], engine: str = "transformers", fresh
     started = time.time()
     subprocess.run([sys.executable, "-m", f"ray_jobs.{job}", "--config", str(cfg), *overrides], cwd=ROOT, check=True)
     summary = ROOT / "runs" / experiment / "summary.json"
+    figures = json.loads(summary.read_text())
     return {"wall_s": round(time.time() - started), "summary": str(summary.relative_to(ROOT)),
-            "report": str(summary.with_name("report.md").relative_to(ROOT)),
-            "keys": sorted(json.loads(summary.read_text()))}
+            "report": str(summary.with_name("report.md").relative_to(ROOT)), "keys": sorted(figures),
+            "headline": importlib.import_module(f"ray_jobs.{job}").JOB.headline(figures)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[name] = f"ok ({round(time.time() - started)} s): {reply!r}"
             else:
                 out = run_job(name, args.overrides, args.engine, time.strftime("%Y%m%d-%H%M%S") if args.fresh else "")
-                results[name] = f"ok ({out['wall_s']} s): {out['report']}"
+                results[name] = f"ok ({out['wall_s']} s): {out['report']}\n         {out['headline']}"
         except Exception as e:  # noqa: BLE001 - one failed workload must not hide the others' results
             results[name] = f"FAILED after {round(time.time() - started)} s: {e}"
     print("\n=== real-model demo ===")

@@ -49,3 +49,27 @@ def test_the_verifier_demo_is_a_scaling_job_on_its_own_config():
     job, stem = demo.CONFIGS["verifier"]
     assert job == "scaling" and (ROOT / "configs" / f"{stem}.yaml").exists()
     assert "verifier" not in demo.DEFAULT_WORKLOADS  # make demo-real keeps its four steps
+
+
+def test_a_finished_job_reports_its_headline(tmp_path, monkeypatch):
+    """The demo's last lines carry each job's own headline (for scaling: Verification@k - Consistency@k
+    with its CI and the verifier's AUC beside the votes'), not only where the report is."""
+    import json
+
+    demo = _demo()
+    monkeypatch.setattr(demo, "ROOT", tmp_path)
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "scaling-smollm-verifier.yaml").write_text("experiment: x\n")
+    summary = {"pool": {"k_inf": 8}, "wall_s": 1.0, "differences": [
+        {"strategy": "verification", "k": 8, "difference": -0.1, "ci_low": -0.2, "ci_high": 0.05}],
+        "own_verification": {"within_question_auc": 0.6, "answer_frequency_auc": 0.8, "mixed_questions": 4}}
+
+    def job(cmd, cwd, check):  # stands in for the scaling job: what it leaves in runs/<experiment>/
+        experiment = next(a for a in cmd if a.startswith("experiment=")).split("=", 1)[1]
+        (tmp_path / "runs" / experiment).mkdir(parents=True)
+        (tmp_path / "runs" / experiment / "summary.json").write_text(json.dumps(summary))
+
+    monkeypatch.setattr(demo.subprocess, "run", job)
+    out = demo.run_job("verifier", [], engine="vllm")
+    assert out["headline"].startswith("scaling: verification - consistency at k=8: -0.100 [-0.200, +0.050]")
+    assert "verifier 0.600, answer votes 0.800" in out["headline"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from common.sampling import Completion, SamplingParams
-from ray_jobs.scaling import ScalingConfig, run
+from ray_jobs.scaling import ScalingConfig, headline, run
 from search.scaling.arith_problems import make_problems
 from search.scaling.pool import ScoredPool
 from search.scaling.sampling import SamplingPlan, ScalingSampler
@@ -321,3 +321,17 @@ def test_within_question_auc_ignores_what_only_tells_questions_apart():
     # votes: the easy question's right answer leads (3 vs 1), the hard one's wrong answer (1 vs 3)
     assert own["answer_frequency_auc"] == (1.0 + 0.0) / 2
     assert own["mixed_questions"] == 2
+
+
+def test_the_headline_sets_the_verifier_auc_beside_the_votes():
+    summary = {"pool": {"k_inf": 8}, "wall_s": 3.0,
+               "differences": [{"strategy": "verification", "k": 8, "difference": -0.092, "ci_low": -0.223,
+                                "ci_high": 0.038}, {"strategy": "verification", "k": 4, "difference": 0.5,
+                                                    "ci_low": 0.4, "ci_high": 0.6}],
+               "own_verification": {"within_question_auc": 0.554, "within_question_auc_probability": 0.664,
+                                    "answer_frequency_auc": 0.807, "mixed_questions": 42}}
+    line = headline(summary)
+    assert "verification - consistency at k=8: -0.092 [-0.223, +0.038]" in line and "+0.500" not in line
+    assert "within-question AUC: verifier 0.664, answer votes 0.807 (42 questions)" in line
+    del summary["own_verification"]["within_question_auc_probability"]  # sampled verdicts: their mean
+    assert "verifier 0.554" in headline(summary)
