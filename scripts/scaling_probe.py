@@ -161,8 +161,15 @@ def seeds(args: argparse.Namespace) -> None:
             other = ScoredPool.load(args.against[i])
             if not same_candidates(pool, other):
                 raise SystemExit(f"{path} and {args.against[i]} do not hold the same candidates")
+            other_config = Path(args.against[i]).with_name("config.yaml")
+            other_cfg = load_config(other_config, ScalingConfig).curves if other_config.exists() else CurvesConfig()
+            other.score = other.scores(other_cfg.options.score)
+            # the same candidates and draws: Consistency@k is the same on both sides, so this is the paired
+            # difference of the two verifiers' strategies
+            for name, x in largest_k_gains(other, other_cfg).items():
+                signals[f"{name}, minus against's"] = signals[name] - x
             signals["AUC, verifier - against"] = signals["AUC, verifier"] - np.where(
-                mixed, question_aucs(other.scores(cfg.options.score), c), nan)
+                mixed, question_aucs(other.score, c), nan)
         print(f"{path}: {pool.shape[0]} questions x {pool.shape[1]} candidates, score={cfg.options.score}, "
               f"pass@1 {c.mean():.3f}, {int(mixed.sum())} with right and wrong candidates")
         for name, x in signals.items():

@@ -55,7 +55,10 @@ def test_seeds_prints_each_runs_report_difference_and_their_per_question_mean(tm
 def test_seeds_against_the_same_runs_is_a_zero_difference(tmp_path, capsys):
     paths = saved_pools(tmp_path, seeds=(1, 2))
     scaling_probe.main(["seeds", *paths, "--against", *paths, "--bootstrap", "50"])
-    assert figures(capsys.readouterr().out)["AUC, verifier - against"] == [0.0, 0.0, 0.0]
+    got = figures(capsys.readouterr().out)
+    assert got["AUC, verifier - against"] == [0.0, 0.0, 0.0]
+    assert got["weighted_best_of_n - consistency, minus against's"] == [0.0, 0.0, 0.0]
+    assert got["weighted_best_of_n - consistency"][0] != 0.0  # the rows are not zero by construction
 
 
 def test_seeds_refuses_runs_that_do_not_pair(tmp_path):
