@@ -335,3 +335,22 @@ def test_the_headline_sets_the_verifier_auc_beside_the_votes():
     assert "within-question AUC: verifier 0.664, answer votes 0.807 (42 questions)" in line
     del summary["own_verification"]["within_question_auc_probability"]  # sampled verdicts: their mean
     assert "verifier 0.554" in headline(summary)
+
+
+def test_the_verifier_pool_takes_its_own_engine_kwargs_over_the_samplers(monkeypatch):
+    """verifier_engine_kwargs (e.g. dtype float32 for finer verdict probabilities) reach the verifier's
+    engine only; the candidates' engine keeps sampler.engine_kwargs."""
+    import search.engines
+    from search.pool import PoolConfig
+    from search.scaling.experiment import make_generate
+
+    built = []
+    monkeypatch.setattr(search.engines, "make_engine", lambda name, **kw: built.append((name, kw)))
+    cfg = ScalingConfig(in_process=True, verifier="v", verifier_engine_kwargs={"dtype": "float32"},
+                        sampler=PoolConfig(engine="vllm", engine_kwargs={"dtype": "bfloat16", "max_model_len": 2048}))
+    make_generate(cfg, "model")
+    make_generate(cfg, "verifier", cfg.verifier_engine_kwargs)
+    assert built == [("vllm", {"checkpoint": "model", "dtype": "bfloat16", "max_model_len": 2048}),
+                     ("vllm", {"checkpoint": "verifier", "dtype": "float32", "max_model_len": 2048})]
+    with pytest.raises(ValueError, match="set verifier too"):
+        ScalingConfig(verifier_engine_kwargs={"dtype": "float32"})

@@ -6,7 +6,7 @@ Loaded from YAML by common.config (configs/scaling-*.yaml) with field=value over
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from common.tracking import TrackingConfig
 from search.pool import PoolConfig
@@ -40,6 +40,9 @@ class ScalingConfig:
     # who checks: "" = the model itself (self-verification); else a checkpoint for the verdicts and
     # comparisons, or a LoRA adapter dir (models/smollm2-verifier-lora) merged into its base once
     verifier: str = ""
+    # merged over sampler.engine_kwargs for the verifier's own pool, e.g. {dtype: float32}: a bf16 engine's
+    # logprobs hold the verdict's P(1) to a few values (docs/real-model.md), fp32 ranks finer
+    verifier_engine_kwargs: dict[str, Any] = field(default_factory=dict)
     # engine, engine_kwargs (e.g. batch_size, base_url) and Ray actors (search/pool.py)
     sampler: PoolConfig = field(default_factory=PoolConfig)
     in_process: bool = False  # one engine in this process instead of the Ray SamplerPool (tests, debugging)
@@ -72,6 +75,9 @@ class ScalingConfig:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
         if self.k_tie < 0:
             raise ValueError(f"k_tie={self.k_tie} must be >= 0")
+        if self.verifier_engine_kwargs and not self.verifier:
+            raise ValueError("verifier_engine_kwargs is for a verifier's own pool: set verifier too (it may name "
+                             "the model itself, for self-verification on an engine of its own)")
         if self.temperature < 0 or self.verify_temperature < 0:
             raise ValueError("temperature and verify_temperature must be >= 0")
         if self.curves.options.score == "probability" and self.verdict == "parsed" and self.mode != "verification_benchmark":

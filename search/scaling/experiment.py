@@ -57,19 +57,23 @@ def load_questions(cfg: ScalingConfig) -> list[dict[str, str]]:
              "question": r["question"], "answer": r["answer"]} for r in rows]
 
 
-def make_generate(cfg: ScalingConfig, checkpoint: str) -> tuple[Generate, Callable[[], None]]:
-    """An async (prompts, params) -> completions over the SamplerPool or an in-process engine."""
+def make_generate(cfg: ScalingConfig, checkpoint: str,
+                  engine_kwargs: dict[str, Any] | None = None) -> tuple[Generate, Callable[[], None]]:
+    """An async (prompts, params) -> completions over the SamplerPool or an in-process engine;
+    `engine_kwargs` are merged over cfg.sampler's (the verifier's pool: cfg.verifier_engine_kwargs)."""
+    sampler = replace(cfg.sampler, experiment=cfg.experiment,
+                      engine_kwargs={**cfg.sampler.engine_kwargs, **(engine_kwargs or {})})
     if cfg.in_process:
         from search.engines import make_engine
 
-        engine = make_engine(cfg.sampler.engine, checkpoint=checkpoint, **cfg.sampler.engine_kwargs)
+        engine = make_engine(sampler.engine, checkpoint=checkpoint, **sampler.engine_kwargs)
 
         async def generate(prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
             return await asyncio.to_thread(engine.generate, list(prompts), params)
 
         return generate, lambda: None
 
-    pool = SamplerPool(replace(cfg.sampler, experiment=cfg.experiment), checkpoint=checkpoint)
+    pool = SamplerPool(sampler, checkpoint=checkpoint)
     return pool.generate, pool.shutdown
 
 
