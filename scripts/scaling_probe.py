@@ -128,6 +128,12 @@ def same_candidates(a: ScoredPool, b: ScoredPool) -> bool:
     return a.question_ids == b.question_ids and (a.correct == b.correct).all() and (a.answer_ids == b.answer_ids).all()
 
 
+def curve_settings(pool_path: str) -> CurvesConfig:
+    """A run's curve settings, from the config.yaml beside its pool.npz (else the defaults)."""
+    config = Path(pool_path).with_name("config.yaml")
+    return load_config(config, ScalingConfig).curves if config.exists() else CurvesConfig()
+
+
 def largest_k_gains(pool: ScoredPool, cfg: CurvesConfig) -> dict[str, np.ndarray]:
     """Per question at the largest k: each paired difference of the run's report (its own draws)."""
     result = compute_curves(pool, cfg)
@@ -147,8 +153,7 @@ def seeds(args: argparse.Namespace) -> None:
             questions = pool.question_ids
         elif pool.question_ids != questions:
             raise SystemExit(f"{path} holds other questions than {args.pools[0]}: one config, several sample_seeds")
-        config = Path(path).with_name("config.yaml")
-        cfg = load_config(config, ScalingConfig).curves if config.exists() else CurvesConfig()
+        cfg = curve_settings(path)
         pool.score = pool.scores(cfg.options.score)
         signals = largest_k_gains(pool, cfg)
         c = pool.correct
@@ -161,8 +166,7 @@ def seeds(args: argparse.Namespace) -> None:
             other = ScoredPool.load(args.against[i])
             if not same_candidates(pool, other):
                 raise SystemExit(f"{path} and {args.against[i]} do not hold the same candidates")
-            other_config = Path(args.against[i]).with_name("config.yaml")
-            other_cfg = load_config(other_config, ScalingConfig).curves if other_config.exists() else CurvesConfig()
+            other_cfg = curve_settings(args.against[i])
             other.score = other.scores(other_cfg.options.score)
             # the same candidates and draws: Consistency@k is the same on both sides, so this is the paired
             # difference of the two verifiers' strategies
