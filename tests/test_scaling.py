@@ -4,6 +4,7 @@ end to end on a real (tiny, untrained) model."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -354,3 +355,23 @@ def test_the_verifier_pool_takes_its_own_engine_kwargs_over_the_samplers(monkeyp
                      ("vllm", {"checkpoint": "verifier", "dtype": "float32", "max_model_len": 2048})]
     with pytest.raises(ValueError, match="set verifier too"):
         ScalingConfig(verifier_engine_kwargs={"dtype": "float32"})
+
+
+def test_a_verifier_on_another_engine_setting_is_another_plan(store, experiment_name):
+    """A float32 and a bf16 verifier give other verdict probabilities: a rerun of one experiment that
+    changes verifier_engine_kwargs is refused rather than mixing their verdicts in one pool; a plan
+    stored before the field existed reads as {}."""
+    from search.scaling.sampling import ScalingSampler
+
+    cfg = ScalingConfig(experiment=experiment_name, verifier="v", verifier_engine_kwargs={"dtype": "float32"})
+    ScalingSampler(store.client, experiment_name, None, cfg.plan(verifier="v")).check_plan()
+    ScalingSampler(store.client, experiment_name, None, cfg.plan(verifier="v")).check_plan()  # same: resumes
+    cfg.verifier_engine_kwargs = {"dtype": "bfloat16"}
+    with pytest.raises(ValueError, match=r"different \['verifier_engine_kwargs'\]"):
+        ScalingSampler(store.client, experiment_name, None, cfg.plan(verifier="v")).check_plan()
+    older = f"{experiment_name}-older"
+    key = ScalingSampler(store.client, older, None, cfg.plan()).key("plan")
+    stored = {k: v for k, v in dataclasses.asdict(ScalingConfig().plan()).items()
+              if k not in ("verifier_engine_kwargs", "batch_questions")}
+    store.client.set(key, json.dumps(stored))
+    ScalingSampler(store.client, older, None, ScalingConfig().plan()).check_plan()

@@ -95,7 +95,7 @@ class ScalingConfig:
             temperature=self.temperature, verify_temperature=self.verify_temperature, max_tokens=self.max_tokens,
             verify_max_tokens=self.verify_max_tokens, style=self.prompt_style, batch_questions=self.batch_questions,
             seed=self.sample_seed, model=model, verdict=self.verdict, verifier=verifier,
-            verify_view=self.verify_view,
+            verify_view=self.verify_view, verifier_engine_kwargs=dict(self.verifier_engine_kwargs),
         )
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from common.sampling import Generate, SamplingParams
@@ -57,10 +57,13 @@ class SamplingPlan:
     verdict: Mode = "parsed"  # verifiers.verdicts mode of verdicts and comparisons
     verifier: str = ""  # the checkpoint of verdicts and comparisons; "" = `model` (self-verification)
     verify_view: View = "solution"  # what a verdict sees of a candidate (verifiers.selfverify.verify_prompt)
+    # the verifier's engine settings over the sampler's (ScalingConfig.verifier_engine_kwargs): a bf16 and
+    # a float32 verifier give other verdict probabilities, which must not mix in one pool
+    verifier_engine_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 # Plan fields added after experiments were stored: a stored plan without one was sampled with this.
-PLAN_DEFAULTS = {"verdict": "parsed", "verifier": "", "verify_view": "solution"}
+PLAN_DEFAULTS = {"verdict": "parsed", "verifier": "", "verify_view": "solution", "verifier_engine_kwargs": {}}
 
 
 def verdict_codes(stored: list | dict) -> list[list[int]]:
