@@ -51,7 +51,7 @@ def resolve_verifier(cfg: ScalingConfig) -> str:
 def run_job(cfg: ScalingConfig, ctx: runner.JobContext) -> dict[str, Any]:
     checkpoint, verifier = resolve_model(cfg), resolve_verifier(cfg)
     generate, shutdown = make_generate(cfg, checkpoint)
-    verify_generate, shutdown_verifier = make_generate(cfg, verifier, cfg.verifier_engine_kwargs) if verifier else (None, lambda: None)
+    verify_generate, shutdown_verifier = make_generate(cfg, verifier, cfg.verifier_pool()) if verifier else (None, lambda: None)
     try:
         with Tracker.start(cfg.tracking, run_dir=ctx.run_dir, experiment=cfg.experiment, config=cfg) as tracker:
             return ScalingExperiment(cfg, ctx.store, ctx.run_dir, generate, model=checkpoint, tracker=tracker,

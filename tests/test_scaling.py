@@ -350,11 +350,16 @@ def test_the_verifier_pool_takes_its_own_engine_kwargs_over_the_samplers(monkeyp
     cfg = ScalingConfig(in_process=True, verifier="v", verifier_engine_kwargs={"dtype": "float32"},
                         sampler=PoolConfig(engine="vllm", engine_kwargs={"dtype": "bfloat16", "max_model_len": 2048}))
     make_generate(cfg, "model")
-    make_generate(cfg, "verifier", cfg.verifier_engine_kwargs)
+    make_generate(cfg, "verifier", cfg.verifier_pool())
     assert built == [("vllm", {"checkpoint": "model", "dtype": "bfloat16", "max_model_len": 2048}),
                      ("vllm", {"checkpoint": "verifier", "dtype": "float32", "max_model_len": 2048})]
     with pytest.raises(ValueError, match="set verifier too"):
         ScalingConfig(verifier_engine_kwargs={"dtype": "float32"})
+    with pytest.raises(ValueError, match="verifier_engine_kwargs: .*holds a secret"):
+        ScalingConfig(verifier="v", verifier_engine_kwargs={"api_key": "sk-live-0123456789abcdef"},
+                      sampler=PoolConfig(engine="openai", engine_kwargs={"base_url": "http://localhost:1/v1"}))
+    with pytest.raises(ValueError, match=r"verifier_engine_kwargs: .*\['gpu_layers'\] are not arguments"):
+        ScalingConfig(verifier="v", verifier_engine_kwargs={"gpu_layers": 3})
 
 
 def test_a_verifier_on_another_engine_setting_is_another_plan(store, experiment_name):

@@ -5,7 +5,7 @@ Loaded from YAML by common.config (configs/scaling-*.yaml) with field=value over
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 from common.tracking import TrackingConfig
@@ -78,6 +78,12 @@ class ScalingConfig:
         if self.verifier_engine_kwargs and not self.verifier:
             raise ValueError("verifier_engine_kwargs is for a verifier's own pool: set verifier too (it may name "
                              "the model itself, for self-verification on an engine of its own)")
+        if self.verifier_engine_kwargs:
+            try:  # the sampler's checks (unknown arguments; no literal secret, which the stored plan and Ray's
+                # cluster state would keep) at load, not when the verifier's actors start
+                self.verifier_pool()
+            except ValueError as e:
+                raise ValueError(f"verifier_engine_kwargs: {e}") from e
         if self.temperature < 0 or self.verify_temperature < 0:
             raise ValueError("temperature and verify_temperature must be >= 0")
         if self.curves.options.score == "probability" and self.verdict == "parsed" and self.mode != "verification_benchmark":
@@ -87,6 +93,10 @@ class ScalingConfig:
     # old spellings: an error names the new one (one name per setting across every job)
     renamed_fields: ClassVar[dict[str, str]] = {
         "num_actors": "sampler.num_actors", "engine": "sampler.engine", "engine_kwargs": "sampler.engine_kwargs"}
+
+    def verifier_pool(self) -> PoolConfig:
+        """The verifier's own pool (ray_jobs.scaling): the sampler's, its engine_kwargs overridden."""
+        return replace(self.sampler, engine_kwargs={**self.sampler.engine_kwargs, **self.verifier_engine_kwargs})
 
     def plan(self, model: str = "", verifier: str = "") -> SamplingPlan:
         """The sampling plan stored with the experiment; `model`, `verifier`: the resolved checkpoints."""

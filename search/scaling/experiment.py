@@ -28,7 +28,7 @@ from common.jsonio import write_json
 from common.progress import progress
 from common.sampling import Completion, Generate, Prompt, SamplingParams
 from common.tracking import Tracker
-from search.pool import SamplerPool  # Ray is started by the job runner
+from search.pool import PoolConfig, SamplerPool  # Ray is started by the job runner
 from search.scaling.arith_problems import DATASETS, arith_triples, generated_problems
 from search.scaling.config import ScalingConfig
 from search.scaling.curves import compute_curves
@@ -58,11 +58,10 @@ def load_questions(cfg: ScalingConfig) -> list[dict[str, str]]:
 
 
 def make_generate(cfg: ScalingConfig, checkpoint: str,
-                  engine_kwargs: dict[str, Any] | None = None) -> tuple[Generate, Callable[[], None]]:
+                  pool: PoolConfig | None = None) -> tuple[Generate, Callable[[], None]]:
     """An async (prompts, params) -> completions over the SamplerPool or an in-process engine;
-    `engine_kwargs` are merged over cfg.sampler's (the verifier's pool: cfg.verifier_engine_kwargs)."""
-    sampler = replace(cfg.sampler, experiment=cfg.experiment,
-                      engine_kwargs={**cfg.sampler.engine_kwargs, **(engine_kwargs or {})})
+    `pool`: other settings than cfg.sampler (the verifier's: cfg.verifier_pool())."""
+    sampler = replace(pool or cfg.sampler, experiment=cfg.experiment)
     if cfg.in_process:
         from search.engines import make_engine
 
