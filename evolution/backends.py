@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from common.sampling import SamplingParams
 from evolution.driver import Sampler
+from search.engines import threaded_generate
 from verifiers.arc.grids import ArcTask
 from verifiers.arc.results import Verifier
 
@@ -28,13 +28,7 @@ def pool_verifier(vpool) -> Verifier:
 
 def local_sampler(engine) -> Sampler:
     """An in-process engine, run in a thread so the event loop keeps verifying meanwhile."""
-    lock = asyncio.Lock()  # one generate at a time: the engine is not re-entrant
-
-    async def sample(prompts: Sequence[str], params: SamplingParams):
-        async with lock:
-            return await asyncio.to_thread(engine.generate, list(prompts), params)
-
-    return sample
+    return threaded_generate(engine)
 
 
 def local_verifier(executor) -> Verifier:

@@ -52,9 +52,8 @@ from verifiers.selfverify import answer_prompt  # noqa: E402
 def curves(args: argparse.Namespace) -> None:
     pool = ScoredPool.load(args.pool)
     pool.score = pool.scores(args.score)
-    config = Path(args.config or Path(args.pool).with_name("config.yaml"))
     # the run's own curve settings (k_tie, seeds, ...) where its config.yaml is there; only the score changes
-    base = load_config(config, ScalingConfig).curves if config.exists() else CurvesConfig()
+    base = load_config(args.config, ScalingConfig).curves if args.config else curve_settings(args.pool)
     result = compute_curves(pool, replace(base, options=replace(base.options, score=args.score)))
     q, n, v = pool.shape
     print(f"{args.pool}: {q} questions x {n} candidates x {v} verdicts, score={args.score}")
@@ -106,8 +105,7 @@ def compare(args: argparse.Namespace) -> None:
     within-question AUC by probability, the second minus the first and minus the votes, with
     bootstrap CIs over the questions that have right and wrong candidates."""
     a, b = ScoredPool.load(args.first), ScoredPool.load(args.second)
-    if a.question_ids != b.question_ids or not (a.correct == b.correct).all() or not (
-            a.answer_ids == b.answer_ids).all():
+    if not same_candidates(a, b):
         raise SystemExit("the two pools do not hold the same candidates: run both with the same model, questions "
                          "and sample_seed")
     c = a.correct

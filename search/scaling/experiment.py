@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ import numpy as np
 
 from common.jsonio import write_json
 from common.progress import progress
-from common.sampling import Completion, Generate, Prompt, SamplingParams
+from common.sampling import Generate, SamplingParams
 from common.tracking import Tracker
 from search.pool import PoolConfig, SamplerPool  # Ray is started by the job runner
 from search.scaling.arith_problems import DATASETS, arith_triples, generated_problems
@@ -63,14 +63,9 @@ def make_generate(cfg: ScalingConfig, checkpoint: str,
     `pool`: other settings than cfg.sampler (the verifier's: cfg.verifier_pool())."""
     sampler = replace(pool or cfg.sampler, experiment=cfg.experiment)
     if cfg.in_process:
-        from search.engines import make_engine
+        from search.engines import make_engine, threaded_generate
 
-        engine = make_engine(sampler.engine, checkpoint=checkpoint, **sampler.engine_kwargs)
-
-        async def generate(prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
-            return await asyncio.to_thread(engine.generate, list(prompts), params)
-
-        return generate, lambda: None
+        return threaded_generate(make_engine(sampler.engine, checkpoint=checkpoint, **sampler.engine_kwargs)), lambda: None
 
     pool = SamplerPool(sampler, checkpoint=checkpoint)
     return pool.generate, pool.shutdown

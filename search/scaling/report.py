@@ -88,8 +88,6 @@ def report(cfg: ScalingConfig, summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-
-
 def _difference_row(d: dict[str, Any]) -> str:
     return (f"| {LABELS.get(d['strategy'], d['strategy'])} - {LABELS.get(d['baseline'], d['baseline'])} | {d['k']} | "
             f"{d['k_verif']} | {d['difference']:+.3f} | [{d['ci_low']:+.3f}, {d['ci_high']:+.3f}] |")

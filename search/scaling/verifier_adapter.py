@@ -152,15 +152,11 @@ def verdict_rows(rows: list[dict[str, Any]], tokenizer: Any, style: Style = "ful
 
 def run_sampling(recipe: VerifierRecipe, checkpoint: str) -> list[dict[str, Any]]:
     """sample_candidates on one in-process engine of recipe.engine over `checkpoint`."""
-    from search.engines import make_engine
+    from search.engines import make_engine, threaded_generate
 
     engine = make_engine(recipe.engine, checkpoint=checkpoint, **recipe.engine_kwargs)
-
-    async def generate(prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
-        return await asyncio.to_thread(engine.generate, list(prompts), params)
-
     try:
-        return asyncio.run(sample_candidates(recipe, generate))
+        return asyncio.run(sample_candidates(recipe, threaded_generate(engine)))
     finally:
         close = getattr(engine, "close", None) or getattr(engine, "shutdown", None)
         if close:
