@@ -10,6 +10,8 @@ produced it (DESIGN: every completion records its model version).
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -184,3 +186,19 @@ def context_error(prompt_index: int, prompt_tokens: int, max_tokens: int, contex
 
 # Any async sampler: SamplerPool.submit/generate, or an engine's generate run in a thread.
 Generate = Callable[[Sequence[Prompt], SamplingParams], Awaitable[list[list["Completion"]]]]
+
+
+def threaded_generate(engine: Any) -> Generate:
+    """An in-process engine (search.engines: anything with generate(prompts, params)) as a Generate:
+    each call in a thread, so the event loop goes on meanwhile, one at a time (an engine is not
+    re-entrant; a threading lock, so it serves any number of event loops, as asyncio.run per phase makes)."""
+    lock = threading.Lock()
+
+    def locked(prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        with lock:
+            return engine.generate(prompts, params)
+
+    async def generate(prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        return await asyncio.to_thread(locked, list(prompts), params)
+
+    return generate

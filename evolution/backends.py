@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from common.sampling import threaded_generate
 from evolution.driver import Sampler
-from search.engines import threaded_generate
 from verifiers.arc.grids import ArcTask
 from verifiers.arc.results import Verifier
 

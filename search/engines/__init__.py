@@ -9,14 +9,10 @@ others' heavy dependencies (vLLM exists only on GPU machines).
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import inspect
-import threading
-from collections.abc import Sequence
 from typing import Any
 
-from common.sampling import Completion, Generate, Prompt, SamplingParams
 from common.secrets import resolve_secret_refs
 from search.engines.base import Engine
 
@@ -63,20 +59,4 @@ def make_engine(name: str, **kwargs: Any) -> Engine:
     return engine_class(name)(**resolve_secret_refs(kwargs, "engine_kwargs"))
 
 
-def threaded_generate(engine: Engine) -> Generate:
-    """An in-process engine as an async (prompts, params) -> completions: each call in a thread, so the
-    event loop goes on meanwhile, one at a time (an engine is not re-entrant; a threading lock, so the
-    function serves any number of event loops, as asyncio.run per phase makes)."""
-    lock = threading.Lock()
-
-    def locked(prompts: list[Prompt], params: SamplingParams) -> list[list[Completion]]:
-        with lock:
-            return engine.generate(prompts, params)
-
-    async def generate(prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
-        return await asyncio.to_thread(locked, list(prompts), params)
-
-    return generate
-
-
-__all__ = ["ENGINES", "Engine", "check_engine_kwargs", "engine_arguments", "engine_class", "make_engine", "threaded_generate"]
+__all__ = ["ENGINES", "Engine", "check_engine_kwargs", "engine_arguments", "engine_class", "make_engine"]

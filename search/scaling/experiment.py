@@ -26,7 +26,7 @@ import numpy as np
 
 from common.jsonio import write_json
 from common.progress import progress
-from common.sampling import Generate, SamplingParams
+from common.sampling import Generate, SamplingParams, threaded_generate
 from common.tracking import Tracker
 from search.pool import PoolConfig, SamplerPool  # Ray is started by the job runner
 from search.scaling.arith_problems import DATASETS, arith_triples, generated_problems
@@ -63,7 +63,7 @@ def make_generate(cfg: ScalingConfig, checkpoint: str,
     `pool`: other settings than cfg.sampler (the verifier's: cfg.verifier_pool())."""
     sampler = replace(pool or cfg.sampler, experiment=cfg.experiment)
     if cfg.in_process:
-        from search.engines import make_engine, threaded_generate
+        from search.engines import make_engine
 
         return threaded_generate(make_engine(sampler.engine, checkpoint=checkpoint, **sampler.engine_kwargs)), lambda: None
 

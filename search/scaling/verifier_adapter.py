@@ -31,7 +31,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from common.sampling import Completion, Generate, Prompt, SamplingParams, render_prompt
+from common.sampling import (
+    Completion,
+    Generate,
+    Prompt,
+    SamplingParams,
+    render_prompt,
+    threaded_generate,
+)
 from search.scaling.arith_problems import generated_problems
 from search.scaling.requests import generate_each
 from verifiers.math_answers import extract_answer, is_equivalent
@@ -152,7 +159,7 @@ def verdict_rows(rows: list[dict[str, Any]], tokenizer: Any, style: Style = "ful
 
 def run_sampling(recipe: VerifierRecipe, checkpoint: str) -> list[dict[str, Any]]:
     """sample_candidates on one in-process engine of recipe.engine over `checkpoint`."""
-    from search.engines import make_engine, threaded_generate
+    from search.engines import make_engine
 
     engine = make_engine(recipe.engine, checkpoint=checkpoint, **recipe.engine_kwargs)
     try:
