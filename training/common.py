@@ -286,13 +286,16 @@ def known_library_warnings_ignored():
 
 
 def run_trainer(trainer_cls, cfg, data, columns: tuple[str, ...], callbacks: list | None,
-                extra_metrics: dict[str, Any]) -> TrainResult:
-    """The one training flow of every method: check, load, train in a scratch dir, save atomically."""
+                extra_metrics: dict[str, Any], prepare: Any = None) -> TrainResult:
+    """The one training flow of every method: check, load, train in a scratch dir, save atomically.
+    `prepare(dataset, tokenizer) -> dataset` runs on the rows once the tokenizer is loaded."""
     started = time.time()
     check_fields(cfg)
     dataset = as_dataset(data, columns)
     set_threads(cfg)
     model, tokenizer = load_model(cfg.model_path)
+    if prepare is not None:
+        dataset = prepare(dataset, tokenizer)
     with resumable_run(cfg, dataset) as (run_cfg, dataset, last), known_library_warnings_ignored():
         trainer = trainer_cls(
             model=model, args=run_cfg, train_dataset=dataset, processing_class=tokenizer,
