@@ -36,7 +36,7 @@ CONFIGS = {"verifier": ("scaling", "scaling-smollm-verifier")}
 CHAT = "What is 2+3? Reply with just the number."
 # --engine vllm: the sampler of configs/*-smollm-vllm.yaml, for the served chat (serve has no config file)
 VLLM_SERVE = ["sampler.engine=vllm",
-              "sampler.engine_kwargs={dtype: bfloat16, max_model_len: 2048, enforce_eager: true, cpu_kv_cache_gib: 1}"]
+              "sampler.engine_kwargs={dtype: native, max_model_len: 2048, enforce_eager: true, cpu_kv_cache_gib: 1}"]
 
 
 def free_port() -> int:

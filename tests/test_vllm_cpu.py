@@ -44,7 +44,7 @@ def base() -> str:
 
 @pytest.fixture(scope="module")
 def engine(base):
-    eng = make_engine("vllm", checkpoint=base, version="v0", dtype="bfloat16", max_model_len=1024,
+    eng = make_engine("vllm", checkpoint=base, version="v0", dtype="native", max_model_len=1024,
                       enforce_eager=True, cpu_kv_cache_gib=SMALL_KV_GIB, gpu_memory_utilization=0.3)
     yield eng
     eng.close()

@@ -75,12 +75,30 @@ __all__ = ["VLLMEngine", "_import_vllm", "actor_gpu_share", "platform", "request
 
 log = logging.getLogger(__name__)
 
+NATIVE = "native"  # dtype: the fastest this device computes natively (native_cpu_dtype on a CPU)
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of CPUs with bfloat16 matmul instructions
+
+
+def native_cpu_dtype(cpuinfo: str | None = None) -> str:
+    """bfloat16 where the CPU has bf16 matmul instructions, else float32 (without them torch converts
+    every bf16 operand, and vLLM's CPU kernels run several times slower than in float32)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:  # not Linux: no flags to read, so the dtype every CPU computes
+            return "float32"
+    flags = set(next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), []))
+    return "bfloat16" if flags & set(BF16_FLAGS) else "float32"
+
+
 class VLLMEngine:
     def __init__(
         self,
         checkpoint: str | None = None,
         *,
         version: str | None = None,
+        # "native": bfloat16 on a CPU that computes it natively (AVX-512 BF16 or AMX), else float32
+        # (bf16 on an AVX2-only CPU ran >3x slower than float32 here); vLLM's "auto" on a GPU
         dtype: str = "auto",
         # vLLM's meaning: a fraction of the WHOLE device (weights + activations + KV cache),
         # not of this actor's share. None: memory_fraction x the actor's GPU share.
@@ -156,6 +174,8 @@ class VLLMEngine:
         """vllm.LLM's arguments on this machine's platform, as vLLM reports it."""
         device, sleep_available = platform()
         args = dict(self.base_args, enable_sleep_mode=self.swap_weights and sleep_available)
+        if args["dtype"] == NATIVE:
+            args["dtype"] = native_cpu_dtype() if device == "cpu" else "auto"
         if device == "cpu":
             gib = self.cpu_kv_cache_gib
             if gib is None:
