@@ -59,7 +59,7 @@ class SearchConfig:
     top_p: float = 1.0
     max_tokens: int = 1024  # per program
     stop: list[str] = field(default_factory=list)  # extra stop strings
-    prompt_style: PromptStyle = "numpy"  # "compact" for the small seed models
+    prompt_style: PromptStyle = "numpy"  # "compact" for the small seed models and models taught it (models/smollm2-arc-lora)
     prompt_format: PromptFormat = "auto"  # chat or text prompts (evolution/prompts.py); the loop resolves auto
     # compact prompts: sample only bodies of the DSL's grammar (SamplingParams.regex), so every
     # program parses and calls each primitive with its number of colour arguments
@@ -78,9 +78,6 @@ class SearchConfig:
         for name in ("batch", "stop_after_correct", "max_tokens", "pool_size", "tasks_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"search.{name}={getattr(self, name)} must be >= 1")
-        if self.prompt_format == "chat" and self.prompt_style == "compact":
-            raise ValueError("search.prompt_format=chat needs prompt_style=numpy: compact prompts are the seed "
-                             "models' plain-text format (set search.prompt_style=numpy, or prompt_format=text)")
         for name in ("samples_per_task", "refinements_per_task"):
             if getattr(self, name) < 0:
                 raise ValueError(f"search.{name}={getattr(self, name)} must be >= 0")

@@ -17,6 +17,7 @@ from datasets import Dataset
 
 from evolution.config import LearnConfig, SoarConfig
 from evolution.hindsight import Examples, build_rows
+from evolution.prompts import as_completion, as_prompt
 from evolution.records import Candidate
 from store import Store, keys
 from store.models import ModelVersion
@@ -47,10 +48,14 @@ def seed_corpus_kwargs(cfg: SoarConfig, task_ids: list[str]) -> dict[str, Any]:
 
 
 def seed_rows(cfg: SoarConfig, n: int, seed: int, task_ids: list[str]) -> list[dict[str, str]]:
-    """`n` fresh rows of model.seed's corpus, drawn with `seed` (not the seed model's own 0)."""
+    """`n` fresh rows of model.seed's corpus, drawn with `seed` (not the seed model's own 0), as
+    chat messages when the prompts are (search.prompt_format chat): replay rows and the seed-only
+    control's rows must be in the format of the hindsight rows they join."""
     s = cfg.model.seed
     rows = load_corpus(s.corpus, n, s.seed + seed, seed_corpus_kwargs(cfg, task_ids))
-    return [{"prompt": r["prompt"], "completion": r["completion"]} for r in rows]
+    chat = cfg.search.prompt_format == "chat"
+    return [{"prompt": as_prompt(r["prompt"], chat), "completion": as_completion(r["completion"], chat)}
+            for r in rows]
 
 
 def hindsight_rows(cfg: SoarConfig, store: Store, tasks: dict[str, ArcTask], iteration: int,

@@ -27,6 +27,7 @@ from common import fmt
 from common.progress import progress
 from common.tracking import Tracker, training_args
 from evolution import metrics
+from evolution.arc_adapter import check_unseen
 from evolution.config import SoarConfig, TaskSetConfig
 from evolution.controls import (
     SEED_ONLY_NOTE,
@@ -49,7 +50,7 @@ from evolution.tasks import load_split, select
 from search.pool import Switch, planned_path
 from store import Store
 from store.models import ModelVersion
-from training import embedded, pretrained
+from training import adapters, embedded, pretrained
 from training.checkpoints import clean_scratch, is_chat_model, publish
 from training.seed import build_seed_model
 from verifiers.arc.examples import SOLUTIONS
@@ -109,12 +110,15 @@ def one_shot_examples(max_chars: int | None, shown_never: set[str]) -> dict[str,
 
 
 def base_model(cfg: SoarConfig, store: Store, task_ids: list[str]) -> ModelVersion:
-    """The experiment's first version: on a fresh experiment, the configured checkpoint or the
-    seed model (built, or reused from the cache), published as v0."""
+    """The experiment's first version: on a fresh experiment, the configured checkpoint (an adapter
+    dir merged into its base) or the seed model (built, or reused from the cache), published as v0."""
     registry = store.models(cfg.experiment)
     if registry.current() is None:
         if cfg.model.checkpoint:
             checkpoint = embedded.verified(pretrained.resolve_checkpoint(cfg.model.checkpoint))
+            if adapters.is_adapter(checkpoint):  # e.g. models/smollm2-arc-lora: its base with it merged in
+                check_unseen(checkpoint, task_ids)
+                checkpoint = adapters.merged_checkpoint(checkpoint)
             publish(store, cfg.experiment, checkpoint, parent=None, metrics={},
                     note="base")
         else:
@@ -133,8 +137,9 @@ def with_prompt_format(cfg: SoarConfig, checkpoint: str) -> SoarConfig:
         return cfg
     fmt = "chat" if is_chat_model(checkpoint) else "text"
     if fmt == "chat" and cfg.search.prompt_style == "compact":
-        raise ValueError(f"{checkpoint} is a chat model, but search.prompt_style=compact is the seed models' "
-                         "plain-text format: set search.prompt_style=numpy (or search.prompt_format=text)")
+        raise ValueError(f"{checkpoint} is a chat model, but search.prompt_style=compact is the format the seed "
+                         "models and models/smollm2-arc-lora were taught: set search.prompt_style=numpy, or "
+                         "search.prompt_format=chat for a chat model taught the compact style (text for a seed)")
     log.info("prompts: %s (search.prompt_format=auto, %s)", fmt, checkpoint)
     return replace(cfg, search=replace(cfg.search, prompt_format=fmt))
 

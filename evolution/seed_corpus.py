@@ -74,6 +74,20 @@ def parent_candidate(task: ArcTask, program: Program) -> Candidate | None:
                      all_ok=all(o is not None for o in train_out + test_out))
 
 
+def source_tasks(split: str = "arc1-train", max_grid: int = 10, exclude_tasks: Sequence[str] = (),
+                 max_chars: int = 1900) -> list[ArcTask]:
+    """The tasks whose inputs seed_corpus may draw on: `split`'s tasks with grids <= `max_grid`,
+    less `exclude_tasks`, less those whose own prompt is over `max_chars` (it nearly never yields
+    a row that fits). A model taught on the corpus has seen these tasks' inputs and no others."""
+    excluded = set(exclude_tasks)
+    sources = [t for tid, t in select(load_split(split), max_grid=max_grid).items()
+               if tid not in excluded and len(sampling_prompt(t)) <= max_chars]
+    if not sources:
+        raise ValueError(f"no source tasks in {split} with grids <= {max_grid} and prompts <= {max_chars} "
+                         "characters after exclusions")
+    return sources
+
+
 def seed_corpus(n: int = 20000, seed: int = 0, max_grid: int = 10, max_steps: int = 2,
                 refine_frac: float = 0.2, exclude_tasks: Sequence[str] = (),
                 split: str = "arc1-train", max_chars: int = 1900) -> list[dict[str, str]]:
@@ -84,12 +98,7 @@ def seed_corpus(n: int = 20000, seed: int = 0, max_grid: int = 10, max_steps: in
     so they fit the seed models' context with room to spare.
     """
     rng = random.Random(seed)
-    sources = [t for tid, t in select(load_split(split), max_grid=max_grid).items() if tid not in set(exclude_tasks)]
-    # a source whose own prompt is over the limit nearly never yields a row that fits
-    sources = [t for t in sources if len(sampling_prompt(t)) <= max_chars]
-    if not sources:
-        raise ValueError(f"no source tasks in {split} with grids <= {max_grid} and prompts <= {max_chars} "
-                         "characters after exclusions")
+    sources = source_tasks(split, max_grid, exclude_tasks, max_chars)
     rows: list[dict[str, str]] = []
     attempts = 0
     while len(rows) < n:

