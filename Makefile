@@ -146,7 +146,8 @@ demo-verifier: setup-vllm
 	$(VPY) scripts/demo_real.py --engine vllm --workloads verifier
 
 # Rebuild the embedded models in models/ from their recipes (training/embedded.py): the seed models
-# on .venv, the LoRA verifier on .venv-vllm (it samples its training answers with vLLM; ~25 min).
+# on .venv, the LoRA adapters on .venv-vllm (the verifier samples its training answers with vLLM, ~25
+# min; the ARC adapter trains 48 LoRA steps on the seed corpus, ~35 min).
 # Only when a recipe changes: every rebuild adds megabytes to the repository's history.
 seeds: setup setup-vllm
 	$(PY) -m training.embedded build --kind seed
