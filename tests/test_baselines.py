@@ -10,7 +10,7 @@ from common.sampling import SamplingParams
 from evolution.backends import local_verifier
 from evolution.baselines import RANDOM_PRIOR, random_prior_sampler
 from evolution.driver import SearchConfig, SoarSearch
-from evolution.prompts import sampling_prompt
+from evolution.prompts import as_prompt, sampling_prompt
 from evolution.tasks import load_split
 from verifiers.arc import ArcExecutor
 
@@ -33,6 +33,18 @@ def test_prior_samples_are_reproducible_dsl_programs(tasks):
     assert all(x.text.startswith("    grid = ") and x.model_version == RANDOM_PRIOR for x in a)
     with pytest.raises(ValueError, match="not a compact prompt"):
         asyncio.run(sample(["something else"], SamplingParams()))
+
+
+def test_prior_answers_chat_prompts_as_their_text(tasks):
+    """A chat model's SOAR (search.prompt_format chat) sends one user message: the control must
+    draw the same programs for it as for the text prompt (it crashed on the message list)."""
+    sample = random_prior_sampler(tasks)
+    text = sampling_prompt(tasks["6150a2bd"].without_answers(), "compact")
+    as_text = asyncio.run(sample([text], SamplingParams(n=4, seed=3)))[0]
+    as_chat = asyncio.run(sample([as_prompt(text, chat=True)], SamplingParams(n=4, seed=3)))[0]
+    assert [x.text for x in as_chat] == [x.text for x in as_text]
+    with pytest.raises(ValueError, match="not a compact prompt"):
+        asyncio.run(sample([[{"role": "system", "content": text}]], SamplingParams()))
 
 
 def test_prior_through_the_search_solves_easy_tasks(store, experiment_name, tasks):
