@@ -85,6 +85,7 @@ TARGETS = {
     "lease": Target("store/lease.py", "tests/test_lease.py"),
     "prefix_cache": Target("search/engines/prefix_cache.py",
                            "tests/test_prefix_cache.py -k 'blocks or longest or eviction or budget'"),
+    "baselines": Target("evolution/baselines.py", "tests/test_baselines.py -k 'reproducible or chat'"),
     "boundary": Target("training/boundary.py", "tests/test_boundary.py -k 'not sft'"),
     "arc_adapter": Target("evolution/arc_adapter.py", "tests/test_arc_adapter.py -k 'not soar_searches and not shipped'",
                           skip=("train_adapter", "build_embedded")),  # trainings: test_soar_searches builds one
