@@ -87,7 +87,9 @@ TARGETS = {
                            "tests/test_prefix_cache.py -k 'blocks or longest or eviction or budget'"),
     "baselines": Target("evolution/baselines.py", "tests/test_baselines.py -k 'reproducible or chat'"),
     "boundary": Target("training/boundary.py", "tests/test_boundary.py -k 'not sft'"),
-    "arc_adapter": Target("evolution/arc_adapter.py", "tests/test_arc_adapter.py -k 'not soar_searches and not shipped'",
+    "arc_adapter": Target("evolution/arc_adapter.py",
+                          "tests/test_arc_adapter.py -k 'not soar_searches and not shipped_adapter' "
+                          "'tests/test_embedded.py::test_shipped_model_matches_its_recipe[smollm2-arc-lora]'",
                           skip=("train_adapter", "build_embedded")),  # trainings: test_soar_searches builds one
 }
 

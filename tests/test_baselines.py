@@ -31,6 +31,7 @@ def test_prior_samples_are_reproducible_dsl_programs(tasks):
     c = asyncio.run(sample([prompt], SamplingParams(n=8, seed=2)))[0]
     assert [x.text for x in a] == [x.text for x in b] != [x.text for x in c]
     assert all(x.text.startswith("    grid = ") and x.model_version == RANDOM_PRIOR for x in a)
+    assert sorted({x.text.count("grid = ") for x in a}) == [1, 2]  # the corpus's prior: one or two steps
     with pytest.raises(ValueError, match="not a compact prompt"):
         asyncio.run(sample(["something else"], SamplingParams()))
 

@@ -42,22 +42,45 @@ def test_the_prompt_is_tokenized_as_the_engine_sends_it(tokenizer, chat):
     assert completion.endswith(tokenizer.eos_token) or chat  # plain text ends in EOS, as TRL adds it
 
 
+class Wrapped:
+    """The module's tokenizer behind a chat template of the test's own (`render(messages, gen)`);
+    `bos`: it prepends a BOS id when asked for special tokens, as Llama's tokenizers do."""
+
+    def __init__(self, tokenizer, render, bos: int | None = None):
+        self.tok, self.render, self.bos = tokenizer, render, bos
+        self.eos_token, self.chat_template = tokenizer.eos_token, "x"
+
+    def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False, **_):
+        return self.render(messages, add_generation_prompt)
+
+    def __call__(self, text, add_special_tokens=True):
+        ids = self.tok(text, add_special_tokens=False)["input_ids"]
+        return {"input_ids": ([self.bos] if add_special_tokens and self.bos is not None else []) + ids}
+
+
 def test_a_template_that_renders_an_answered_turn_differently_falls_back_to_the_divergence(tokenizer):
-    class Rewriting:
-        """A tokenizer whose template adds a marker to the prompt once a turn is answered."""
+    """The prompt as sent ends in a marker the answered conversation lacks: no boundary to cut at, so
+    the loss starts where the two tokenizations part (TRL's rule), after the shared user text."""
+    def render(messages, gen):
+        text = "".join(m["content"] for m in messages)
+        return text + ("<gen>" if gen else "")
 
-        eos_token = tokenizer.eos_token
-        chat_template = "x"
+    wrapped = Wrapped(tokenizer, render)
+    [row] = rows(True)
+    shared = tokenizer(row["prompt"][0]["content"])["input_ids"]
+    out = split_ids(row, wrapped)
+    assert out["input_ids"] == tokenizer(render(row["prompt"] + row["completion"], False))["input_ids"]
+    start = next(i for i, (a, b) in enumerate(zip(tokenizer(render(row["prompt"], True))["input_ids"],
+                                                  out["input_ids"], strict=False)) if a != b)
+    assert 0 < start <= len(shared)
+    assert out["completion_mask"] == [0] * start + [1] * (len(out["input_ids"]) - start)
 
-        def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False, **_):
-            text = "".join(m["content"] for m in messages)
-            return text if add_generation_prompt or len(messages) == 1 else "#" + text
 
-        def __call__(self, text, add_special_tokens=True):
-            return tokenizer(text, add_special_tokens=add_special_tokens)
-
-    out = split_ids(rows(True)[0], Rewriting())
-    assert out["completion_mask"][0] == 1 and sum(out["completion_mask"]) == len(out["input_ids"])  # diverges at once
+def test_special_tokens_are_the_prompts_alone(tokenizer):
+    """A tokenizer that adds a BOS adds it once, before the prompt, never inside the row."""
+    wrapped = Wrapped(tokenizer, lambda messages, gen: "".join(m["content"] for m in messages), bos=0)
+    out = split_ids(rows(False)[0], wrapped)
+    assert out["input_ids"][0] == 0 and out["input_ids"].count(0) == 1
 
 
 def test_sft_trains_on_the_prompt_the_engine_sends(tokenizer, tmp_path):
