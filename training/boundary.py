@@ -34,7 +34,8 @@ def split_ids(row: dict[str, Any], tokenizer: Any) -> dict[str, list[int]]:
             # a template that renders a turn differently once answered (e.g. one that strips thoughts):
             # no boundary to cut at, so as TRL does: the completion starts where the tokenizations diverge
             prompt_ids, ids = tokenizer(prompt_text)["input_ids"], tokenizer(full)["input_ids"]
-            start = next((i for i, (a, b) in enumerate(zip(prompt_ids, ids)) if a != b), min(len(prompt_ids), len(ids)))
+            start = next((i for i, (a, b) in enumerate(zip(prompt_ids, ids, strict=False)) if a != b),
+                         min(len(prompt_ids), len(ids)))
             return {"input_ids": ids, "completion_mask": [0] * start + [1] * (len(ids) - start)}
         completion_text = full[len(prompt_text):]
     else:  # plain text: the completion ends with EOS, as TRL adds it
