@@ -155,6 +155,14 @@ def is_prefilled(prompt: Prompt) -> bool:
         and bool(prompt[-1].get(PREFILL))
 
 
+def user_text(prompt: Prompt) -> str | None:
+    """What the user asked: a text prompt itself, else the last user message (None without one)."""
+    if isinstance(prompt, str):
+        return prompt
+    users = [m["content"] for m in prompt if m.get("role") == "user"]
+    return users[-1] if users else None
+
+
 def render_prompt(tokenizer: Any, prompt: Prompt) -> str:
     """Prompt text for a model: messages go through the tokenizer's chat template when it has one."""
     if isinstance(prompt, str):

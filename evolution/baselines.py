@@ -13,7 +13,7 @@ import hashlib
 import random
 from collections.abc import Mapping, Sequence
 
-from common.sampling import Completion, Prompt, SamplingParams
+from common.sampling import Completion, Prompt, SamplingParams, user_text
 from evolution.driver import Sampler
 from evolution.programs import colours, random_program, render
 from evolution.prompts import compact_task, completion_from_program
@@ -22,20 +22,11 @@ from verifiers.arc.grids import ArcTask
 RANDOM_PRIOR = "random-prior"  # the model_version its programs carry
 
 
-def prompt_text(prompt: Prompt) -> str:
-    """The compact prompt's text: itself, or a chat model's single user message (prompt_format chat)."""
-    if isinstance(prompt, str):
-        return prompt
-    users = [m["content"] for m in prompt if m.get("role") == "user"]
-    return users[0] if len(users) == 1 else ""
-
-
 def random_prior_sampler(tasks: Mapping[str, ArcTask], max_steps: int = 2) -> Sampler:
     """A Sampler for compact prompts (sampling or refinement) of the given tasks."""
     by_text = {compact_task(t.without_answers()): t for t in tasks.values()}
 
-    def task_of(prompt: Prompt) -> ArcTask:
-        body = prompt_text(prompt)
+    def task_of(body: str) -> ArcTask:
         for text, task in by_text.items():
             if body.startswith(text):
                 return task
@@ -44,10 +35,11 @@ def random_prior_sampler(tasks: Mapping[str, ArcTask], max_steps: int = 2) -> Sa
     async def sample(prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         rows = []
         for prompt in prompts:
-            task = task_of(prompt)
+            body = user_text(prompt) or ""  # a chat model's prompt (prompt_format chat): its user message
+            task = task_of(body)
             grids_in = [ex.input for ex in task.train + task.test]
             grids_out = [ex.output for ex in task.train]
-            digest = hashlib.sha256(f"{params.seed}:{prompt_text(prompt)}".encode()).digest()
+            digest = hashlib.sha256(f"{params.seed}:{body}".encode()).digest()
             rng = random.Random(int.from_bytes(digest[:8], "little"))  # reproducible per seed and prompt
             rows.append([
                 Completion(completion_from_program(render(random_program(rng, colours(grids_in),

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from common.sampling import Completion, Generate, Prompt, SamplingParams
+from common.sampling import Completion, Generate, Prompt, SamplingParams, user_text
 from search.scaling.requests import generate_each
 from search.scaling.selection import (
     SelectionOptions,
@@ -113,10 +113,8 @@ class SearchResult:
 
 def question_of(prompt: Prompt) -> str:
     """The text the verifier checks against: the prompt, or the last user message."""
-    if isinstance(prompt, str):
-        return prompt
-    users = [m["content"] for m in prompt if m.get("role") == "user"]
-    return users[-1] if users else prompt[-1]["content"]
+    text = user_text(prompt)
+    return text if text is not None else prompt[-1]["content"]
 
 
 def _majority(cands: list[Candidate], rng: random.Random) -> int:
