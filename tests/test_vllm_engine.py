@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shutil
 import sys
 import time
@@ -278,6 +279,27 @@ def test_cpu_kv_cache_follows_the_argument_then_the_environment(vllm, tmp_path, 
     assert kept.llm.init_args["enable_chunked_prefill"] is True  # the user's llm_kwargs win
     with pytest.raises(ValueError, match="cpu_kv_cache_gib=0"):
         VLLMEngine(checkpoint(tmp_path, "d"), cpu_kv_cache_gib=0)
+
+
+def test_cpu_reserved_cores_reach_the_engine_process_only_while_it_starts(vllm, tmp_path, monkeypatch):
+    """vLLM's engine core reads $VLLM_CPU_NUM_OF_RESERVED_CPU when it spawns; this process keeps its own."""
+    vllm.reset_device("cpu")
+    monkeypatch.setenv("VLLM_CPU_NUM_OF_RESERVED_CPU", "3")
+    assert VLLMEngine(checkpoint(tmp_path, "a"), cpu_reserved_cores=0).llm.start_env == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    assert os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "3"  # restored
+    assert VLLMEngine(checkpoint(tmp_path, "b")).llm.start_env == {"VLLM_CPU_NUM_OF_RESERVED_CPU": "3"}  # vLLM's rule
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU")
+    VLLMEngine(checkpoint(tmp_path, "c"), cpu_reserved_cores=1)
+    assert "VLLM_CPU_NUM_OF_RESERVED_CPU" not in os.environ  # unset again, as it was
+    ckpt = checkpoint(tmp_path, "d")
+    for bad in (-1, 0.5, True):
+        with pytest.raises(ValueError, match="cpu_reserved_cores"):
+            VLLMEngine(ckpt, cpu_reserved_cores=bad)
+
+
+def test_gpu_engine_ignores_cpu_reserved_cores(vllm, tmp_path, monkeypatch):
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    assert VLLMEngine(checkpoint(tmp_path, "a"), cpu_reserved_cores=0).llm.start_env == {"VLLM_CPU_NUM_OF_RESERVED_CPU": None}
 
 
 def test_gpu_engine_gets_no_cpu_arguments(engine):

@@ -26,6 +26,10 @@ engines do not, each for a reason vLLM's own code gives:
   (`cpu_kv_cache_gib`, else $VLLM_CPU_KVCACHE_SPACE, else 1 GiB): vLLM reads the
   utilisation there as a fraction of the machine's RAM, and an explicit size also skips its
   warm-up pass, which only serves its automatic sizing;
+- `cpu_reserved_cores` (CPU only) sets $VLLM_CPU_NUM_OF_RESERVED_CPU while the engine starts: on
+  x86 vLLM keeps one core per worker for its scheduler process and binds its OpenMP threads to the
+  rest, so on a 2-core machine the model computes on one core. 0 lets every core compute
+  (docs/vllm-cpu.md has the figures); None leaves vLLM's rule;
 - regexes are checked in the dialect of vLLM's structured-output backends (regex_dialect.py);
 - automatic prefix caching is switched on explicitly (`enable_prefix_caching=True`, vLLM's
   EngineArgs flag; V1's default, but not every version's or platform's): a SOAR task's
@@ -68,6 +72,7 @@ from search.engines.vllm_setup import (
     extra_eos_ids,
     platform,
     request_seed,
+    scoped_env,
 )
 from search.engines.vllm_worker import EXTENSION, METHOD
 
@@ -110,6 +115,7 @@ class VLLMEngine:
         enforce_eager: bool = False,  # True skips CUDA graph capture: faster load, slower decode
         swap_weights: bool = True,  # switch versions in place (sleep mode where the platform has it); False: restart
         cpu_kv_cache_gib: float | None = None,  # CPU only: KV cache size; None: $VLLM_CPU_KVCACHE_SPACE, else 1
+        cpu_reserved_cores: int | None = None,  # CPU only: cores kept off the model's OpenMP threads; None: vLLM's rule
         llm_kwargs: dict[str, Any] | None = None,  # any further vllm.LLM arguments (they win over the above)
     ):
         if gpu_memory_utilization is None:
@@ -123,8 +129,11 @@ class VLLMEngine:
             raise ValueError(f"gpu_memory_utilization={gpu_memory_utilization} must be in (0, 1] (a fraction of the device)")
         if cpu_kv_cache_gib is not None and cpu_kv_cache_gib <= 0:
             raise ValueError(f"cpu_kv_cache_gib={cpu_kv_cache_gib} must be > 0 (GiB of RAM for vLLM's KV cache on a CPU)")
+        if cpu_reserved_cores is not None and (type(cpu_reserved_cores) is not int or cpu_reserved_cores < 0):
+            raise ValueError(f"cpu_reserved_cores={cpu_reserved_cores!r} must be a whole number >= 0 (or None: vLLM's rule)")
         self.swap_weights = swap_weights
         self.cpu_kv_cache_gib = cpu_kv_cache_gib
+        self.cpu_reserved_cores = cpu_reserved_cores
         self.llm_kwargs = dict(llm_kwargs or {})
         # Platform-independent arguments; llm_args() adds what the platform decides at start-up.
         self.base_args: dict[str, Any] = dict(
@@ -188,9 +197,16 @@ class VLLMEngine:
             args["enable_chunked_prefill"] = False
         return args | self.llm_kwargs
 
+    def engine_env(self) -> dict[str, str]:
+        """Environment variables vLLM's engine process reads at start-up, on this platform."""
+        if self.cpu_reserved_cores is None or platform()[0] != "cpu":
+            return {}
+        return {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(self.cpu_reserved_cores)}
+
     def _start(self, vllm: Any, checkpoint: str) -> None:
         args = self.llm_args()
-        llm = vllm.LLM(model=checkpoint, **args)
+        with scoped_env(self.engine_env()):  # the engine core is a spawned process: it inherits them
+            llm = vllm.LLM(model=checkpoint, **args)
         self.sleep_mode = bool(args["enable_sleep_mode"])
         self.llm, self.tokenizer = llm, llm.get_tokenizer()
         self.context_length = llm.llm_engine.model_config.max_model_len

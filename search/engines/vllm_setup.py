@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 GREEDY_BELOW = 1e-5  # vLLM samples greedily below this temperature, and then requires n=1
@@ -95,3 +98,19 @@ def _fingerprint(checkpoint: str) -> tuple:
     arch = {k: v for k, v in config.items() if k not in _VOLATILE_CONFIG_KEYS}
     files = tuple(_tokenizer_file_digest(Path(checkpoint) / f) for f in _TOKENIZER_FILES)
     return json.dumps(arch, sort_keys=True), files
+
+
+@contextmanager
+def scoped_env(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` in os.environ for the block, the previous values (or their absence) restored after:
+    several engines in one process (a benchmark, a test) may each start with their own."""
+    previous = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in previous.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

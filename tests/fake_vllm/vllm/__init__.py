@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,6 +87,8 @@ class LLM:
         self.init_args = dict(model=model, dtype=dtype, seed=seed, gpu_memory_utilization=gpu_memory_utilization,
                               max_model_len=max_model_len, enforce_eager=enforce_eager,
                               generation_config=generation_config, enable_sleep_mode=enable_sleep_mode, **kwargs)
+        # what vLLM's engine process reads from the environment at start-up (OMPProcessManager)
+        self.start_env = {k: os.environ.get(k) for k in ("VLLM_CPU_NUM_OF_RESERVED_CPU",)}
         if enable_sleep_mode and not current_platform.is_sleep_mode_available():
             raise ValueError("Sleep mode is not supported on current platform.")  # vllm/config/model.py
         if not 0 < gpu_memory_utilization <= 1:
