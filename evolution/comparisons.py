@@ -19,7 +19,8 @@ T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
         2.045, 2.042)
 METRICS = ("solved_seeds", "heldout_solved_seeds", "hit_rate_seeds", "heldout_hit_rate_seeds")
-AGAINST = {"seed_model": "the seed model (iteration 0)", "seed_only_control": "the seed-only control",
+# in the report's order: the control that answers "did the hindsight rows teach it?" first
+AGAINST = {"seed_only_control": "the seed-only control", "seed_model": "the seed model (iteration 0)",
            "random_prior": "the random-program prior"}
 
 
@@ -73,9 +74,13 @@ def comparison_lines(comps: dict[str, Any], iteration: int) -> list[str]:
         mark = " **>0**" if lo > 0 else (" **<0**" if hi < 0 else "")
         return f"{d['mean']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]{mark}"
 
+    def rank(key: str) -> int:
+        name = key.removeprefix("last_minus_")
+        return list(AGAINST).index(name) if name in AGAINST else len(AGAINST)
+
     lines = [f"| iteration {iteration} minus | demo solved | held-out solved | demo hit rate | held-out hit rate |",
              "|---|---|---|---|---|"]
-    for key, comp in comps.items():
+    for key, comp in sorted(comps.items(), key=lambda kv: rank(kv[0])):
         name = AGAINST.get(key.removeprefix("last_minus_"), key)
         lines.append(f"| {name} | {cell(comp.get('solved_seeds'), 2)} | {cell(comp.get('heldout_solved_seeds'), 2)} | "
                      f"{cell(comp.get('hit_rate_seeds'), 4)} | {cell(comp.get('heldout_hit_rate_seeds'), 4)} |")

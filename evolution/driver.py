@@ -106,7 +106,8 @@ class SoarSearch:
     def __init__(self, cfg: SearchConfig, *, sampler: Sampler, verifier: Verifier, archive: CandidateArchive,
                  model_version: str, iteration: int = 0, filters: FilterConfig | None = None,
                  vote_cfg: VoteConfig | None = None, examples: dict[str, tuple[ArcTask, str]] | None = None,
-                 on_progress: Callable[[str, int], None] | None = None):
+                 on_progress: Callable[[str, int], None] | None = None,
+                 on_scored: Callable[[dict[str, int]], None] | None = None):
         self.cfg, self.sampler, self.verifier, self.archive = cfg, sampler, verifier, archive
         self.model_version, self.iteration = model_version, iteration
         self.filters = filters or FilterConfig()
@@ -115,6 +116,9 @@ class SoarSearch:
         self.examples = examples or {}
         self.chat = cfg.prompt_format == "chat"  # "auto" is resolved by the loop against the checkpoint
         self.on_progress = on_progress or (lambda task_id, n: None)
+        # after each batch: {model version: programs new to this iteration and right on every
+        # training pair}, what a bandit over models (evolution/model_mix.py) is paid
+        self.on_scored = on_scored or (lambda earned: None)
         self.sampler_wait_s = 0.0  # time requests spent in the sampler (summed over tasks)
         if cfg.constrain and cfg.prompt_style != "compact":
             raise ValueError("search.constrain needs prompt_style=compact (completions are DSL program bodies)")
@@ -184,10 +188,13 @@ class SoarSearch:
         # records, budget counters and this iteration's marks, in one transaction
         self.archive.add_many(records, counters, {self._key(task.id, "seen"): seen})
         known = {c.code_hash for c in outcome.candidates}
+        earned = {(c.model_version or self.model_version): 0 for c in completions}
         for cand in cands:  # new to this iteration, even if an earlier one archived it first
             if cand.code_hash not in known:
                 known.add(cand.code_hash)
                 outcome.candidates.append(cand)
+                earned[cand.model_version] += bool(cand.train_correct) and all(cand.train_correct)
+        self.on_scored(earned)
 
     def refine_counts(self, task_id: str, cands: Sequence[Candidate]) -> dict[str, int]:
         """REX's N per parent: times this iteration's search refined it so far (from the store)."""

@@ -177,18 +177,18 @@ def write_outputs(cfg: SoarConfig, run_dir: Path, tasks: dict[str, ArcTask], res
         solved = next(r["solved"] for r in last.rows if r["task_id"] == tid)
         render_task(tasks[tid], out.attempts, run_dir / f"task-{tid}.png", solved)
         shown.append(tid)
-    # first the table that answers "did it learn, against what control?", then the detail
+    # first the paired differences that answer "did it learn, beyond what control?", then the detail
     lines = [f"# SOAR: {cfg.experiment}"]
-    if measured or baselines:
-        lines += ["", "## Did it learn? Models against controls", "",
-                  f"Same search and budget for every sampler; mean ± standard deviation over sampling seeds "
-                  f"{cfg.controls.seeds} (values in brackets). Held-out tasks never enter training.", ""]
-        lines += comparison_table(entries, baselines)
     if comps:
-        lines += ["", "## Paired differences", "",
+        lines += ["", "## Did it learn? Paired differences", "",
                   "The last iteration's model minus each other sampler, seed by seed: mean and 95% CI "
                   "(t interval over the paired differences). **>0** marks an interval above zero.", ""]
         lines += comparison_lines(comps, entries[-1]["iteration"])
+    if measured or baselines:
+        lines += ["", "## Models against controls", "",
+                  f"Same search and budget for every sampler; mean ± standard deviation over sampling seeds "
+                  f"{cfg.controls.seeds} (values in brackets). Held-out tasks never enter training.", ""]
+        lines += comparison_table(entries, baselines)
     lines += ["", f"## Searches (sampling seed {cfg.search.seed}, the programs hindsight learns from)", "",
               "| iteration | model | tasks | solved (pass@2) | oracle | programs | hit rate | sampler busy | wall s |",
               "|---|---|---|---|---|---|---|---|---|"]

@@ -86,9 +86,10 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
     report = (run_dir / "report.md").read_text()
     assert "random-program prior" in report and "seed-only control" in report and "held-out solved" in report
     assert {"last_minus_seed_model", "last_minus_seed_only_control"} <= set(summary["comparisons"])
-    assert "Paired differences" in report
-    # it opens with the table that answers "did it learn, against what control?"; the searches follow
-    assert report.index("## Did it learn? Models against controls") < report.index("## Searches")
+    # it opens with the paired differences, the seed-only control first (issue #42); the rest follows
+    first = report.index("## Did it learn? Paired differences")
+    assert first < report.index("## Models against controls") < report.index("## Searches")
+    assert report.index("| the seed-only control |", first) < report.index("| the seed model (iteration 0) |", first)
     # held-out tasks were searched, in their own namespaces only: hindsight never saw them
     assert not store.archive(experiment_name).get_task(HELDOUT_ID)
     assert store.archive(experiment_name).get_task(EXTRA_ID)  # searched with the demo tasks ...

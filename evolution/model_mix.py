@@ -1,0 +1,127 @@
+"""Several models in one search: each batch drawn from one of them, chosen by what each earned.
+
+SOAR's best result pools the samples of five models. A `ModelMix` is a sampler (the driver's
+`sampler(prompts, params)`) over several samplers, one per model. Each call goes to one model,
+chosen by a `RateBandit` on what that model's batches earned per second of sampling; the driver
+credits each batch's earnings back (`ModelMix.credit`, wired as SoarSearch's `on_scored`), and
+the vote pools every model's programs, since each Completion carries its model's name.
+
+The bandit is Thompson sampling for Poisson rates: a model that earned R rewards in T seconds
+has the posterior Gamma(1 + R, rate T) on its reward rate (a flat prior on the rate, exposure in
+seconds, or in programs drawn with cost="programs": SOAR's budgets are counted in programs);
+each choice draws one rate per model and takes the largest. Every model is tried
+`warmup` times first, so T > 0 before any draw. A model that never earns keeps Gamma(1, T): its
+draws shrink as T grows and it loses its share; none is ever starved entirely. `uniform` is the
+control: the model with the fewest batches so far, in the order given.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import numpy as np
+
+from common.sampling import Completion, Generate, Prompt, SamplingParams
+
+Rule = Literal["thompson", "uniform"]
+RULES: tuple[str, ...] = ("thompson", "uniform")
+Cost = Literal["seconds", "programs"]  # what a model's earnings are divided by
+COSTS: tuple[str, ...] = ("seconds", "programs")
+
+
+@dataclass
+class Arm:
+    """What one model has cost and earned in this search."""
+
+    name: str
+    batches: int = 0
+    programs: int = 0  # completions drawn
+    seconds: float = 0.0  # wall seconds of its sampler calls
+    reward: float = 0.0  # credited by the driver: new programs right on the training pairs
+
+
+class RateBandit:
+    """Chooses which model samples the next batch (module docstring: the rule and why)."""
+
+    def __init__(self, names: Sequence[str], rule: Rule = "thompson", *, cost: Cost = "seconds", warmup: int = 1,
+                 seed: int = 0):
+        if not names:
+            raise ValueError("a model mix needs at least one model")
+        if len(set(names)) != len(names):
+            raise ValueError(f"model names {list(names)} repeat a name")
+        if rule not in RULES:
+            raise ValueError(f"bandit rule {rule!r}: choose one of {list(RULES)}")
+        if cost not in COSTS:
+            raise ValueError(f"bandit cost {cost!r}: choose one of {list(COSTS)}")
+        if warmup < 1:
+            raise ValueError(f"warmup={warmup} must be >= 1: a model's rate needs some seconds before a draw")
+        self.rule, self.cost, self.warmup = rule, cost, warmup
+        self.arms = {name: Arm(name) for name in names}
+        self.rng = np.random.default_rng(seed)
+        self._chosen = {name: 0 for name in names}  # choices made, in flight or done
+
+    def choose(self) -> str:
+        fewest = min(self._chosen.values())
+        if self.rule == "uniform" or fewest < self.warmup:
+            name = next(n for n, k in self._chosen.items() if k == fewest)
+        else:
+            draws = {n: self.rng.gamma(1.0 + a.reward, 1.0 / max(self.exposure(a), 1e-9)) for n, a in self.arms.items()}
+            name = max(draws, key=draws.__getitem__)
+        self._chosen[name] += 1
+        return name
+
+    def exposure(self, arm: Arm) -> float:
+        return arm.seconds if self.cost == "seconds" else float(arm.programs)
+
+    def record(self, name: str, programs: int, seconds: float) -> None:
+        arm = self.arms[name]
+        arm.batches += 1
+        arm.programs += programs
+        arm.seconds += seconds
+
+    def credit(self, name: str, reward: float) -> None:
+        if reward < 0:
+            raise ValueError(f"reward {reward} for {name}: earnings are counts, never negative")
+        self.arms[name].reward += reward
+
+    def shares(self) -> dict[str, float]:
+        """Each model's share of the programs drawn so far."""
+        total = sum(a.programs for a in self.arms.values())
+        return {n: (a.programs / total if total else 0.0) for n, a in self.arms.items()}
+
+
+class ModelMix:
+    """A sampler over several models' samplers; each call goes where the bandit says."""
+
+    def __init__(self, samplers: Mapping[str, Generate], rule: Rule = "thompson", *, cost: Cost = "seconds",
+                 warmup: int = 1, seed: int = 0):
+        self.samplers = dict(samplers)
+        self.bandit = RateBandit(list(self.samplers), rule, cost=cost, warmup=warmup, seed=seed)
+
+    async def __call__(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        name = self.bandit.choose()
+        started = time.perf_counter()
+        rows = await self.samplers[name](prompts, params)
+        self.bandit.record(name, sum(len(r) for r in rows), time.perf_counter() - started)
+        # the model's name on every program, so credit and the report find it
+        return [[replace(c, model_version=name) for c in row] for row in rows]
+
+    def credit(self, earned: Mapping[str, float]) -> None:
+        """The driver's on_scored hook: {model name: new programs right on the training pairs}."""
+        for name, reward in earned.items():
+            if name in self.bandit.arms:
+                self.bandit.credit(name, reward)
+
+    def summary(self, solutions: Mapping[str, int] | None = None) -> dict[str, Any]:
+        """Per model: batches, programs, seconds, reward, share of the budget, and (given each
+        model's count of right programs on solved tasks) its share of the solutions."""
+        shares = self.bandit.shares()
+        total = sum((solutions or {}).values())
+        return {name: {"batches": a.batches, "programs": a.programs, "seconds": round(a.seconds, 2),
+                       "reward": a.reward, "budget_share": round(shares[name], 4),
+                       **({"solution_share": round(solutions.get(name, 0) / total, 4) if total else 0.0}
+                          if solutions is not None else {})}
+                for name, a in self.bandit.arms.items()}

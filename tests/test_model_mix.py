@@ -1,0 +1,112 @@
+"""Several models in one search (evolution/model_mix.py): the bandit's choice rule, what the mix
+records, and the vote over the pooled programs of a real search."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from common.sampling import Completion, SamplingParams
+from evolution.backends import local_verifier
+from evolution.driver import SearchConfig, SoarSearch
+from evolution.model_mix import ModelMix, RateBandit
+from evolution.tasks import load_split
+from verifiers.arc import ArcExecutor
+
+SYMMETRIES = ["rot90", "rot180", "rot270", "flip_h", "flip_v", "transpose", "anti_transpose"]
+ONE_STEP_TASKS = ["3c9b0459", "6150a2bd", "67a3c6ac", "68b16354", "74dd1130", "9dfd6313"]  # rotations/flips
+
+
+def play(bandit: RateBandit, earns: dict[str, float], rounds: int, seconds: dict[str, float] | None = None) -> None:
+    """`rounds` choices; each chosen model takes its seconds and is paid its earnings."""
+    for _ in range(rounds):
+        name = bandit.choose()
+        bandit.record(name, programs=8, seconds=(seconds or {}).get(name, 1.0))
+        bandit.credit(name, earns[name])
+
+
+def test_a_model_that_never_earns_loses_its_share():
+    bandit = RateBandit(["dud", "good"], "thompson", seed=0)
+    play(bandit, {"dud": 0, "good": 2}, 200)
+    shares = bandit.shares()
+    assert shares["dud"] < 0.1 < 0.9 < shares["good"]
+    assert bandit.arms["dud"].batches >= 1  # tried (warm-up), never starved outright
+
+
+def test_earnings_count_per_unit_of_cost_not_per_batch():
+    # the same reward per batch, but "slow" takes four times as long for it: "fast" earns more per second
+    bandit = RateBandit(["slow", "fast"], "thompson", seed=1)
+    play(bandit, {"slow": 1, "fast": 1}, 300, seconds={"slow": 4.0, "fast": 1.0})
+    assert bandit.arms["fast"].batches > 2 * bandit.arms["slow"].batches
+    # counted in programs (8 a batch for both), the same earnings split the budget about evenly
+    by_programs = RateBandit(["slow", "fast"], "thompson", cost="programs", seed=1)
+    play(by_programs, {"slow": 1, "fast": 1}, 300, seconds={"slow": 4.0, "fast": 1.0})
+    assert 0.3 < by_programs.shares()["slow"] < 0.7
+
+
+def test_warmup_tries_every_model_in_order_and_uniform_splits_evenly():
+    bandit = RateBandit(["a", "b", "c"], "thompson", warmup=2, seed=0)
+    assert [bandit.choose() for _ in range(6)] == ["a", "b", "c", "a", "b", "c"]
+    uniform = RateBandit(["a", "b", "c"], "uniform")
+    play(uniform, {"a": 5, "b": 0, "c": 0}, 30)  # earnings do not move the control's split
+    assert {a.batches for a in uniform.arms.values()} == {10}
+
+
+@pytest.mark.parametrize("bad, message", [({"names": []}, "at least one"), ({"names": ["a", "a"]}, "repeat"),
+                                          ({"rule": "ucb2"}, "choose one of"), ({"cost": "tokens"}, "choose one of"),
+                                          ({"warmup": 0}, "warmup")])
+def test_bad_bandit_settings_are_refused(bad, message):
+    with pytest.raises(ValueError, match=message):
+        RateBandit(**({"names": ["a", "b"]} | bad))
+    with pytest.raises(ValueError, match="never negative"):
+        RateBandit(["a"]).credit("a", -1)
+
+
+def test_mix_names_every_program_by_its_model_and_records_its_cost():
+    async def fixed(prompts, params):
+        return [[Completion("x", "stop", 1, 1, "engine-version") for _ in range(params.n)] for _ in prompts]
+
+    mix = ModelMix({"m0": fixed, "m1": fixed}, "uniform")
+    rows = [asyncio.run(mix(["p", "q"], SamplingParams(n=3))) for _ in range(4)]
+    assert [{c.model_version for r in row for c in r} for row in rows] == [{"m0"}, {"m1"}, {"m0"}, {"m1"}]
+    mix.credit({"m1": 2, "other": 5})  # a model outside the mix (an earlier version's program): ignored
+    summary = mix.summary({"m1": 3})
+    assert summary["m0"]["programs"] == summary["m1"]["programs"] == 12 and summary["m1"]["reward"] == 2
+    assert summary["m0"]["budget_share"] == 0.5 and summary["m1"]["solution_share"] == 1.0
+
+
+def test_search_over_a_mix_pays_the_model_that_writes_right_programs_and_votes_over_the_pool(store, experiment_name):
+    arc = load_split("arc1-train")
+    tasks = {t: arc[t] for t in ONE_STEP_TASKS}
+
+    async def dud(prompts, params):  # runs on every grid, right on none of these tasks' pairs
+        return [[Completion("    grid = grid\n    return grid\n", "stop", 0, 0) for _ in range(params.n)] for _ in prompts]
+
+    drawn = iter(range(10**6))
+
+    async def geometric(prompts, params):  # each of these tasks is one of the 7 ops: about 1 in 7 is right
+        def program() -> str:
+            k = next(drawn)  # distinct no-op tails: every program is new
+            return f"    grid = {SYMMETRIES[k % 7]}(grid)\n" + "    grid = grid\n" * (k // 7) + "    return grid\n"
+        return [[Completion(program(), "stop", 0, 0) for _ in range(params.n)] for _ in prompts]
+
+    # paid per program drawn: in-process samplers take microseconds, and which is faster is noise
+    mix = ModelMix({"dud": dud, "geometric": geometric}, "thompson", cost="programs", seed=0)
+    cfg = SearchConfig(samples_per_task=64, refinements_per_task=0, batch=8, stop_after_correct=64,
+                       prompt_style="compact", one_shot=False, tasks_in_flight=3, seed=0)
+    with ArcExecutor(workers=1, allowed_modules=("evolution.dsl",)) as ex:
+        search = SoarSearch(cfg, sampler=mix, verifier=local_verifier(ex), archive=store.archive(experiment_name),
+                            model_version="mix", on_scored=mix.credit)
+        outcomes = asyncio.run(search.run(tasks))
+    arms = mix.bandit.arms
+    assert arms["geometric"].reward > 0 and arms["dud"].reward == 0
+    assert arms["dud"].programs < arms["geometric"].programs / 3  # it lost its share of the budget
+    solved = [t for t, o in outcomes.items() if o.attempts and all(
+        any(np.array_equal(ex.output, g) for g in tries) for ex, tries in zip(tasks[t].test, o.attempts, strict=True))]
+    assert len(solved) == len(tasks)  # the vote found each task's right op in the pool
+    pooled = [t for t in solved if {c.model_version for c in outcomes[t].candidates} == {"dud", "geometric"}]
+    assert pooled  # solved with both models' programs in the vote
+    for t in solved:  # the right programs are the geometric model's
+        assert {c.model_version for c in outcomes[t].candidates if c.fully_correct} == {"geometric"}
