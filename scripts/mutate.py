@@ -91,6 +91,7 @@ TARGETS = {
                           "tests/test_arc_adapter.py -k 'not soar_searches and not shipped_adapter' "
                           "'tests/test_embedded.py::test_shipped_model_matches_its_recipe[smollm2-arc-lora]'",
                           skip=("train_adapter", "build_embedded")),  # trainings: test_soar_searches builds one
+    "model_mix": Target("evolution/model_mix.py", "tests/test_model_mix.py"),
 }
 
 
