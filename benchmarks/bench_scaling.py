@@ -4,7 +4,7 @@
 
 Every curve (6 strategies; both Verification@k variants over the full k_inf x k_verif grid) for 500
 questions x 256 candidates x 64 verdicts with 20 seeds, timed whole; the per-question
-Python reference (search.scaling.strategies.reference) runs the same grid on a slice of questions in
+Python reference (search.strategies.reference) runs the same grid on a slice of questions in
 this run, and its time is scaled to 500 questions. Both print; the ratio is the speed-up.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from search.scaling.curves import CurvesConfig, compute_curves, powers_up_to
-from search.scaling.pool import synthetic_pool
-from search.scaling.strategies import STRATEGIES, USES_VERDICTS, StrategyOptions
-from search.scaling.strategies import reference as ref
+from scaling.curves import CurvesConfig, compute_curves, powers_up_to
+from search.scored_pool import synthetic_pool
+from search.strategies import STRATEGIES, USES_VERDICTS, StrategyOptions
+from search.strategies import reference as ref
 
 QUESTIONS, CANDIDATES, VERDICTS, SEEDS = 500, 256, 64, 20
 SLICE = 3  # questions the reference runs (default)

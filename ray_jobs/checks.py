@@ -16,7 +16,7 @@ from typing import Any
 
 from common.config import ConfigError
 from common.placement import Demand
-from search.scaling.arith_problems import DATASETS
+from scaling.arith_problems import DATASETS
 from training import embedded, pretrained
 
 

@@ -9,7 +9,7 @@
 
 Writes runs/<experiment>/: config.yaml, pool.npz, curves.csv, heatmap.csv, summary.json,
 heatmap.png, curves.png, curves_ambiguous.png and report.md (with the verification
-benchmark). The steps live in search.scaling.experiment; this file only wires them.
+benchmark). The steps live in scaling.experiment; this file only wires them.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from typing import Any
 from common.fmt import num
 from common.tracking import Tracker
 from ray_jobs import checks, runner
-from search.scaling.config import ScalingConfig
-from search.scaling.experiment import ScalingExperiment, make_generate
+from scaling.config import ScalingConfig
+from scaling.experiment import ScalingExperiment, make_generate
 from training import adapters, embedded, pretrained
 from training.seed import build_seed_model
 

@@ -3,7 +3,7 @@
 The scaling demo's self-verifier is at chance. This probe trains it on the distribution the search
 shows it: the seed's own candidates (temperature 1.0) on problems the demo never asks, labelled by
 the gold answer, as verdict-only rows (`Q: ...\\nA: <candidate>\\nCheck: Verdict: 0|1`), then
-measures p(Verdict: 1) on held-out candidates: pooled and within-question AUC (search.scaling.pool)
+measures p(Verdict: 1) on held-out candidates: pooled and within-question AUC (search.scored_pool)
 and Verification@16 against Consistency@16 with the curves code, each candidate's k_verif verdicts
 drawn from that probability. No Ray, no Redis; on 2 cores a pool of 24,000 candidates takes about
 1.5 min and 3,000 training steps about 8 min. docs/results.md (Scaling curves) lists what it measured.
@@ -38,9 +38,9 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from common.logs import setup_logging  # noqa: E402
-from search.scaling.arith_problems import make_problems, seed_corpus  # noqa: E402
-from search.scaling.curves import CurvesConfig, compute_curves  # noqa: E402
-from search.scaling.pool import ScoredPool, auc  # noqa: E402
+from scaling.arith_problems import make_problems, seed_corpus  # noqa: E402
+from scaling.curves import CurvesConfig, compute_curves  # noqa: E402
+from search.scored_pool import ScoredPool, auc  # noqa: E402
 from training.sft import SFTJobConfig, train_sft  # noqa: E402
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent  # noqa: E402
 from verifiers.selfverify import answer_prompt, verify_prompt  # noqa: E402

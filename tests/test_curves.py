@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from search.scaling.curves import (
+from scaling.curves import (
     CurvesConfig,
     bootstrap_ci,
     compute_curves,
     plot_curves,
     powers_up_to,
 )
-from search.scaling.pool import ScoredPool, synthetic_pool
+from search.scored_pool import ScoredPool, synthetic_pool
 
 
 def useless_verifier_pool(questions=150, seed=4):
@@ -158,7 +158,7 @@ def three_questions() -> ScoredPool:
     answer_correct = np.zeros((3, 3), bool)
     answer_correct[:, 0] = True
     v = np.zeros((3, 4, 1), np.int8)
-    from search.scaling.pool import mean_verdict
+    from search.scored_pool import mean_verdict
 
     return ScoredPool(["q0", "q1", "q2"], answers == 0, answers, answer_correct, v,
                       np.zeros((3, 3, 3, 3), np.int32), mean_verdict(v))

@@ -49,7 +49,7 @@ def test_manifest_catches_a_changed_recipe_and_a_changed_file(tmp_path, monkeypa
 
 
 def toy_adapter_recipe():
-    from search.scaling.verifier_adapter import VerifierRecipe
+    from scaling.verifier_adapter import VerifierRecipe
 
     return VerifierRecipe(candidates=4)
 
@@ -82,7 +82,7 @@ def test_an_adapter_recipe_hashes_its_pinned_base_file(monkeypatch):
     """Same fields over another pinned file (a new wheel of the base) are another recipe."""
     from dataclasses import replace
 
-    from search.scaling.verifier_adapter import VerifierRecipe
+    from scaling.verifier_adapter import VerifierRecipe
     from training import pretrained
 
     recipe = VerifierRecipe()

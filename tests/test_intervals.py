@@ -17,16 +17,16 @@ import pytest
 from scipy import stats
 
 from evolution.comparisons import paired_difference
-from search.scaling.curves import CurvesConfig, bootstrap_ci, compute_curves, resample_counts
-from search.scaling.pool import ScoredPool, mean_verdict, synthetic_pool
-from search.scaling.strategies import Draws, StrategyOptions, get_strategy, pass_at_k_estimate
+from scaling.curves import CurvesConfig, bootstrap_ci, compute_curves, resample_counts
+from search.scored_pool import ScoredPool, mean_verdict, synthetic_pool
+from search.strategies import Draws, StrategyOptions, get_strategy, pass_at_k_estimate
 
 
 def z(confidence: float) -> float:
     return statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
 
 
-# -- the bootstrap (search/scaling/curves.py) ------------------------------------------------------
+# -- the bootstrap (scaling/curves.py) ------------------------------------------------------
 N_BERNOULLI = 1600
 
 

@@ -1,7 +1,8 @@
-"""Dependencies point one way: ray_jobs -> workloads and training -> verifiers -> store, common.
+"""Dependencies point one way: ray_jobs -> workloads -> search -> training -> verifiers -> store, common.
 
-A lower layer never imports a higher one, and the workload packages (evolution, search,
-thinking) never import each other: what two of them share belongs a layer below. The test
+A lower layer never imports a higher one, and the workload packages (evolution, scaling,
+thinking) never import each other: what two of them share belongs a layer below (search/
+holds what every workload shares: engines, the sampler pool, strategies, serving). The test
 reads every import statement (at any depth, lazy ones too) with `ast`. Within a package, no
 two modules import each other, however indirectly (a circle works only by the order of
 imports, and a lazy import that hides one breaks when it is moved to the top).
@@ -18,14 +19,14 @@ LAYERS: dict[str, int] = {
     "store": 1,
     "verifiers": 2,
     "training": 3,
-    "evolution": 4,
     "search": 4,
-    "thinking": 4,
-    "ray_jobs": 5,
-    "benchmarks": 6,
+    "evolution": 5,
+    "scaling": 5,
+    "thinking": 5,
+    "ray_jobs": 6,
+    "benchmarks": 7,
 }
-# The one sanctioned sideways edge: SOAR's loop drives samplers through search's Ray pool.
-SIDEWAYS = {("evolution", "search.pool"), ("thinking", "search.pool")}
+SIDEWAYS: set[tuple[str, str]] = set()  # (package, module) edges between equal ranks that are sanctioned: none
 
 
 def imports(path: Path) -> list[tuple[int, str]]:
@@ -143,8 +144,18 @@ def test_a_wrong_way_import_is_caught(tmp_path):
     (tmp_path / "store").mkdir()
     (tmp_path / "store" / "bad.py").write_text("def f():\n    from evolution.dsl import flip\n")
     (tmp_path / "evolution").mkdir()
-    (tmp_path / "evolution" / "side.py").write_text("from search.curves import x\nfrom search.pool import SamplerPool\n")
+    (tmp_path / "evolution" / "side.py").write_text("from scaling.curves import x\nfrom search.pool import SamplerPool\n")
+    (tmp_path / "search").mkdir()
+    (tmp_path / "search" / "up.py").write_text("import scaling.experiment\n")
     assert wrong_way(tmp_path) == [
         "store/bad.py:2 imports evolution.dsl (store -> evolution)",
-        "evolution/side.py:1 imports search.curves (evolution -> search)",
+        "search/up.py:1 imports scaling.experiment (search -> scaling)",  # up into a workload package
+        "evolution/side.py:1 imports scaling.curves (evolution -> scaling)",  # sideways between workloads
     ]
+
+
+def test_every_package_logs_to_a_runs_log():
+    """A package missing from RATCHET_PACKAGES loses its DEBUG lines from runs/<experiment>/run.log."""
+    from common.logs import RATCHET_PACKAGES
+
+    assert set(LAYERS) - {"benchmarks"} <= set(RATCHET_PACKAGES)

@@ -71,7 +71,7 @@ def test_scaling_and_tpo_writes_of_a_superseded_driver_are_refused(store: Store,
     """The scaling sampler's and TPO's state writes go through the fence as the archive's do."""
     import asyncio
 
-    from search.scaling.sampling import SamplingPlan, ScalingSampler
+    from scaling.sampling import SamplingPlan, ScalingSampler
     from thinking.state import TpoState
 
     old = Store(store.client)

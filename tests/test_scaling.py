@@ -14,11 +14,11 @@ import pytest
 
 from common.sampling import Completion, SamplingParams
 from ray_jobs.scaling import ScalingConfig, headline, run
-from search.scaling.arith_problems import make_problems
-from search.scaling.pool import ScoredPool
-from search.scaling.sampling import SamplingPlan, ScalingSampler
-from search.scaling.service_search import SearchOptions, search_and_select
-from search.scaling.strategies import Draws, get_strategy
+from scaling.arith_problems import make_problems
+from scaling.sampling import SamplingPlan, ScalingSampler
+from search.scored_pool import ScoredPool
+from search.serve.service_search import SearchOptions, search_and_select
+from search.strategies import Draws, get_strategy
 from verifiers.math_answers import extract_answer
 
 
@@ -227,9 +227,9 @@ def test_scaling_job_end_to_end_on_a_real_model(store, experiment_name, tmp_path
 
 def test_report_shows_the_implicit_scaling_curve_at_every_k():
     """Accuracy on ambiguous draws at every k, for verification and its control (a pool that has some)."""
-    from search.scaling.curves import CurvesConfig, compute_curves
-    from search.scaling.pool import synthetic_pool
-    from search.scaling.report import report
+    from scaling.curves import CurvesConfig, compute_curves
+    from scaling.report import report
+    from search.scored_pool import synthetic_pool
 
     pool = synthetic_pool(questions=30, candidates=8, verdicts=2, seed=1)
     summary = compute_curves(pool, CurvesConfig(seeds=2, bootstrap=20)).summary()
@@ -342,8 +342,8 @@ def test_the_verifier_pool_takes_its_own_engine_kwargs_over_the_samplers(monkeyp
     """verifier_engine_kwargs (e.g. dtype float32 for finer verdict probabilities) reach the verifier's
     engine only; the candidates' engine keeps sampler.engine_kwargs."""
     import search.engines
+    from scaling.experiment import make_generate
     from search.pool import PoolConfig
-    from search.scaling.experiment import make_generate
 
     built = []
     monkeypatch.setattr(search.engines, "make_engine", lambda name, **kw: built.append((name, kw)))
@@ -366,7 +366,7 @@ def test_a_verifier_on_another_engine_setting_is_another_plan(store, experiment_
     """A float32 and a bf16 verifier give other verdict probabilities: a rerun of one experiment that
     changes verifier_engine_kwargs is refused rather than mixing their verdicts in one pool; a plan
     stored before the field existed reads as {}."""
-    from search.scaling.sampling import ScalingSampler
+    from scaling.sampling import ScalingSampler
 
     cfg = ScalingConfig(experiment=experiment_name, verifier="v", verifier_engine_kwargs={"dtype": "float32"})
     ScalingSampler(store.client, experiment_name, None, cfg.plan(verifier="v")).check_plan()

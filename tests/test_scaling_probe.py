@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from search.scaling.curves import CurvesConfig, compute_curves
-from search.scaling.pool import synthetic_pool
+from scaling.curves import CurvesConfig, compute_curves
+from search.scored_pool import synthetic_pool
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import scaling_probe  # noqa: E402

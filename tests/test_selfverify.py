@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from search.scaling.arith_problems import (
+from scaling.arith_problems import (
     check_redo,
     check_text,
     check_trace,

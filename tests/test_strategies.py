@@ -8,17 +8,17 @@ import math
 import numpy as np
 import pytest
 
-from search.scaling.pool import ScoredPool, mean_verdict, synthetic_pool
-from search.scaling.selection import top_per_answer
-from search.scaling.strategies import (
+from search.scored_pool import ScoredPool, mean_verdict, synthetic_pool
+from search.selection import top_per_answer
+from search.strategies import (
     STRATEGIES,
     Draws,
     StrategyOptions,
     get_strategy,
     pass_at_k_estimate,
 )
-from search.scaling.strategies import reference as ref
-from search.scaling.strategies.best_of_n import best_rank_weights
+from search.strategies import reference as ref
+from search.strategies.best_of_n import best_rank_weights
 
 
 def hand_pool(answers, correct_classes, verdicts, compare=None) -> ScoredPool:

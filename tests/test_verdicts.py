@@ -1,4 +1,4 @@
-"""Verdicts decoded under the choice regex (verifiers.verdicts, search.scaling.verdicts): they always
+"""Verdicts decoded under the choice regex (verifiers.verdicts, scaling.verdicts): they always
 parse, their probability is the model's own, and the curves can score candidates by it."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import pytest
 
 from common.sampling import Completion, SamplingParams, render_prompt
 from ray_jobs.scaling import ScalingConfig, run
-from search.scaling.arith_problems import DATASETS, generated_problems, make_problems
-from search.scaling.pool import ScoredPool, synthetic_pool
-from search.scaling.strategies import Draws, StrategyOptions, get_strategy
-from search.scaling.verdicts import sample_verdicts
+from scaling.arith_problems import DATASETS, generated_problems, make_problems
+from scaling.verdicts import sample_verdicts
+from search.scored_pool import ScoredPool, synthetic_pool
+from search.strategies import Draws, StrategyOptions, get_strategy
 from verifiers.selfverify import compare_prompt, verify_prompt
 from verifiers.verdicts import (
     choice_probability,
@@ -168,7 +168,7 @@ def test_verification_by_probability_selects_the_highest_mean_probability():
 
 
 def test_probability_scoring_with_free_text_verdicts_is_refused_when_the_config_loads():
-    from search.scaling.curves import CurvesConfig
+    from scaling.curves import CurvesConfig
 
     probability = CurvesConfig(options=StrategyOptions(score="probability"))
     with pytest.raises(ValueError, match="verdict=constrained or verdict=reasoned"):

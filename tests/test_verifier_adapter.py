@@ -15,9 +15,9 @@ from transformers import AutoTokenizer
 
 from common.sampling import Completion, render_prompt
 from ray_jobs.scaling import ScalingConfig, run
-from search.scaling.arith_problems import generated_problems
-from search.scaling.sampling import SamplingPlan, ScalingSampler
-from search.scaling.verifier_adapter import (
+from scaling.arith_problems import generated_problems
+from scaling.sampling import SamplingPlan, ScalingSampler
+from scaling.verifier_adapter import (
     TRAINING_QUESTIONS,
     VerifierRecipe,
     balanced,

@@ -65,11 +65,11 @@ RECIPES: dict[str, Recipe] = {
     # TPO demo: configs/tpo-demo.yaml's model (direct answers, careful working and a careless 'Rough:' habit)
     "tpo-arith-seed": Recipe(seed="thinking.arith:demo_seed"),
     # scaling demo: configs/scaling-demo.yaml's model (solves, verifies and compares arithmetic word problems)
-    "scaling-arith-seed": Recipe(seed="search.scaling.config:demo_seed"),
+    "scaling-arith-seed": Recipe(seed="scaling.config:demo_seed"),
     # real-model scaling demo: configs/scaling-smollm-verifier.yaml's verifier, a LoRA adapter on
     # SmolLM2-135M-Instruct taught to check its own answers (built in .venv-vllm: it samples them with vLLM)
-    "smollm2-verifier-lora": Recipe(adapter="search.scaling.verifier_adapter:smollm2_verifier",
-                                    build="search.scaling.verifier_adapter:build_embedded"),
+    "smollm2-verifier-lora": Recipe(adapter="scaling.verifier_adapter:smollm2_verifier",
+                                    build="scaling.verifier_adapter:build_embedded"),
     # real-model SOAR: configs/soar-smollm-arc.yaml's model, a LoRA adapter on SmolLM2-135M-Instruct taught the
     # seed corpus as chat prompts (the task format and the DSL), so SOAR starts from a model that writes programs
     "smollm2-arc-lora": Recipe(adapter="evolution.arc_adapter:smollm2_arc", build="evolution.arc_adapter:build_embedded"),

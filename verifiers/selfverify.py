@@ -7,7 +7,7 @@ broken by asking which of two responses is correct; comparing side by side local
 
 Two prompt styles share one verdict grammar:
 - "full": instructions in prose, for real chat models (returns chat messages);
-- "compact": terse text the offline seed model is trained on (search.scaling.arith_problems).
+- "compact": terse text the offline seed model is trained on (scaling.arith_problems).
 
 An unparsable verdict is `Verdict(None, "unparsable")`: it is stored as such and left out of
 averages, never turned into a 0 or a 1.

@@ -30,7 +30,6 @@ from common.sampling import (
     UnsupportedParamError,
     check_counts,
 )
-from search.scaling.service_search import SearchOptions, search_and_select
 from search.serve.guard import RequestGuard, api_key_digest
 from search.serve.limits import ServeLimits, check_request
 from search.serve.protocol import (
@@ -42,6 +41,7 @@ from search.serve.protocol import (
     completion_response,
     error_body,
 )
+from search.serve.service_search import SearchOptions, search_and_select
 from search.serve.streaming import chat_events, completion_events, guarded, with_first
 
 log = logging.getLogger("ratchet.serve")

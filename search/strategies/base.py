@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from search.scaling.pool import ScoredPool
-from search.scaling.selection import EPS, SelectionOptions  # noqa: F401  (re-exported)
+from search.scored_pool import ScoredPool
+from search.selection import EPS, SelectionOptions  # noqa: F401  (re-exported)
 
 # Verification@k's options live with the selection code both paths share.
 StrategyOptions = SelectionOptions

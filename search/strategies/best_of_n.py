@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from search.scaling.pool import ScoredPool
-from search.scaling.strategies.base import Draws, StrategyOptions, StrategyResult, check_k
+from search.scored_pool import ScoredPool
+from search.strategies.base import Draws, StrategyOptions, StrategyResult, check_k
 
 
 def best_rank_weights(n: int, k: int) -> np.ndarray:

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
 
 from common.tracking import TrackingConfig
+from scaling.curves import CurvesConfig
+from scaling.sampling import SamplingPlan
 from search.pool import PoolConfig
-from search.scaling.curves import CurvesConfig
-from search.scaling.sampling import SamplingPlan
 from training.seed import SeedConfig
 
 
@@ -21,7 +21,7 @@ def demo_seed() -> SeedConfig:
     600 steps at learning rate 3e-3 (the old recipe) gave pass@1 0.02 and checks that could not copy
     a step; 3000 steps at 3e-3 still 0.07. Learning rate 1e-3 with numbers as whole tokens: loss 0.12,
     pass@1 0.34 at temperature 1.0, pass@16 1.0 on 48 held-out problems."""
-    return SeedConfig(preset="tiny", corpus="search.scaling.arith_problems:seed_corpus", n=24000, max_steps=4000,
+    return SeedConfig(preset="tiny", corpus="scaling.arith_problems:seed_corpus", n=24000, max_steps=4000,
                       max_length=288, learning_rate=1e-3, words="training.corpora:number_words")
 
 

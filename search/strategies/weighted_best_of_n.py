@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from search.scaling.pool import ScoredPool
-from search.scaling.strategies.base import (
+from search.scored_pool import ScoredPool
+from search.strategies.base import (
     Draws,
     StrategyOptions,
     StrategyResult,

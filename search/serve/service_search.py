@@ -5,13 +5,13 @@
     result.text, result.candidates    # the selected response, and what it was chosen from
 
 This is Verification@k run for real with the same selection code as the offline curves
-(search.scaling.selection): scores count unparsable verdicts as 0, candidates without a final
+(search.selection): scores count unparsable verdicts as 0, candidates without a final
 answer are never selected while another has one, an optional preliminary round keeps the
 best-scored few per answer, and a top group that disagrees on the answer plays k_tie
 comparisons per matchup (half in each order, so position bias cancels); the candidate with
 the most wins is selected. `verify=0` falls back to majority vote over final answers
 (Consistency@k, a tied vote settled at random). Identical requests are never sent twice
-(search.scaling.requests). `generate` is any async `(prompts, params) -> list[list[Completion]]`:
+(search.requests). `generate` is any async `(prompts, params) -> list[list[Completion]]`:
 SamplerPool.generate, or `asyncio.to_thread` around an engine's generate.
 """
 
@@ -25,8 +25,8 @@ from typing import Any, Literal
 import numpy as np
 
 from common.sampling import Completion, Generate, Prompt, SamplingParams, user_text
-from search.scaling.requests import generate_each
-from search.scaling.selection import (
+from search.requests import generate_each
+from search.selection import (
     SelectionOptions,
     matchups,
     preliminary_keep,

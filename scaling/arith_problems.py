@@ -2,7 +2,7 @@
 
     make_problems(50, seed=1)     -> [{"id", "question", "answer", "steps"}]
     seed_corpus(n=6000, seed=0)   -> prompt/completion rows (training.seed corpus
-                                     "search.scaling.arith_problems:seed_corpus")
+                                     "scaling.arith_problems:seed_corpus")
 
 A tiny character-level model trained on `seed_corpus` answers with short worked steps
 ("7+5=12. 12-3=9. Answer: 9"), verifies candidate solutions step by step ("7+5=12 ok.

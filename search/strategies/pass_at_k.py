@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from search.scaling.pool import ScoredPool
-from search.scaling.strategies.base import Draws, StrategyOptions, StrategyResult, check_k
+from search.scored_pool import ScoredPool
+from search.strategies.base import Draws, StrategyOptions, StrategyResult, check_k
 
 
 def pass_at_k_estimate(n: np.ndarray, c: np.ndarray, k: int) -> np.ndarray:

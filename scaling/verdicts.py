@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from common.sampling import MAX_LOGPROBS, Completion, Generate, Prompt, SamplingParams
-from search.scaling.requests import generate_each
+from search.requests import generate_each
 from verifiers.selfverify import verdict_code
 from verifiers.verdicts import (
     REASONING_STOP,

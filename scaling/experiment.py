@@ -28,15 +28,15 @@ from common.jsonio import write_json
 from common.progress import progress
 from common.sampling import Generate, SamplingParams, threaded_generate
 from common.tracking import Tracker
+from scaling.arith_problems import DATASETS, arith_triples, generated_problems
+from scaling.config import ScalingConfig
+from scaling.curves import compute_curves
+from scaling.report import report, write_outputs
+from scaling.sampling import ScalingSampler
+from scaling.verdicts import sample_verdicts
+from scaling.verifier_adapter import check_heldout
 from search.pool import PoolConfig, SamplerPool  # Ray is started by the job runner
-from search.scaling.arith_problems import DATASETS, arith_triples, generated_problems
-from search.scaling.config import ScalingConfig
-from search.scaling.curves import compute_curves
-from search.scaling.pool import ScoredPool
-from search.scaling.report import report, write_outputs
-from search.scaling.sampling import ScalingSampler
-from search.scaling.verdicts import sample_verdicts
-from search.scaling.verifier_adapter import check_heldout
+from search.scored_pool import ScoredPool
 from store import Store
 from store.codehash import content_hash
 from verifiers.math_answers import load_jsonl_dataset

@@ -11,8 +11,8 @@ from collections import Counter
 
 import numpy as np
 
-from search.scaling.pool import ScoredPool
-from search.scaling.strategies.base import EPS, StrategyOptions
+from search.scored_pool import ScoredPool
+from search.strategies.base import EPS, StrategyOptions
 
 
 def _score(verdicts: list[int]) -> float:
@@ -55,7 +55,7 @@ def weighted_best_of_n(answers: list[int], scores: list[float], classes_ok: list
 
 def verification(answers: list[int], verdicts: list[list[int]], classes_ok: list[bool], counts: np.ndarray,
                  k: int, k_verif: int, options: StrategyOptions, rng: random.Random, tie_break: bool) -> bool:
-    """The rules of search.scaling.selection, spelled out one candidate at a time."""
+    """The rules of search.selection, spelled out one candidate at a time."""
     pick = rng.sample(range(len(answers)), k)
     drawn = {i: rng.sample(verdicts[i], k_verif) for i in pick}
     keep = [i for i in pick if answers[i] >= 0] or list(pick)  # no answer: never selected

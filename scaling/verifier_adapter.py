@@ -39,8 +39,8 @@ from common.sampling import (
     render_prompt,
     threaded_generate,
 )
-from search.scaling.arith_problems import generated_problems
-from search.scaling.requests import generate_each
+from scaling.arith_problems import generated_problems
+from search.requests import generate_each
 from verifiers.math_answers import extract_answer, is_equivalent
 from verifiers.selfverify import Style, View, answer_prompt, verify_prompt
 from verifiers.verdicts import CHOICES, verdict_prompt
@@ -53,7 +53,7 @@ class VerifierRecipe:
     """Everything that makes the adapter (its hash is the embedded model's recipe hash)."""
 
     base: str = "pretrained:smollm2-135m-instruct"  # the model that answers and, with the adapter, checks
-    dataset: str = "sum1-small"  # generated set of the training questions (search.scaling.arith_problems)
+    dataset: str = "sum1-small"  # generated set of the training questions (scaling.arith_problems)
     train_seed: int = 7  # generator seed of the training questions
     train_draws: int = 4000  # draws from the generator; their distinct questions, less the held-out ones
     heldout_seed: int = 1000  # the scaling config's arith_seed

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from search.scaling.selection import verdict_score
+from search.selection import verdict_score
 
 ARRAYS = ("correct", "answer_ids", "answer_correct", "verdicts", "compare_counts", "score", "verdict_probs")
 Score = Literal["verdicts", "probability"]  # a candidate's score: its share of 1 verdicts, or their mean probability
@@ -217,7 +217,7 @@ def _mean_or_nan(x: np.ndarray) -> float:
 
 
 def mean_verdict(verdicts: np.ndarray) -> np.ndarray:
-    """Share of 1 verdicts, unparsable ones counted as 0 (search.scaling.selection.verdict_score)."""
+    """Share of 1 verdicts, unparsable ones counted as 0 (search.selection.verdict_score)."""
     return verdict_score((verdicts == 1).sum(-1), verdicts.shape[-1])
 
 

@@ -1,6 +1,6 @@
 """Selection strategies over a stored pool, picked by name from one explicit registry.
 
-    from search.scaling.strategies import Draws, StrategyOptions, get_strategy
+    from search.strategies import Draws, StrategyOptions, get_strategy
     draws = Draws(pool, seeds=20)
     res = get_strategy("verification")(pool, draws, k=64, k_verif=16, options=StrategyOptions())
     res.per_question.mean()   # Verification@64 accuracy with 16 verdicts per candidate
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from search.scaling.strategies.base import Draws, StrategyOptions, StrategyResult
-from search.scaling.strategies.best_of_n import best_of_n
-from search.scaling.strategies.consistency import consistency
-from search.scaling.strategies.pass_at_k import pass_at_k, pass_at_k_estimate
-from search.scaling.strategies.verification import verification, verification_tie
-from search.scaling.strategies.weighted_best_of_n import weighted_best_of_n
+from search.strategies.base import Draws, StrategyOptions, StrategyResult
+from search.strategies.best_of_n import best_of_n
+from search.strategies.consistency import consistency
+from search.strategies.pass_at_k import pass_at_k, pass_at_k_estimate
+from search.strategies.verification import verification, verification_tie
+from search.strategies.weighted_best_of_n import weighted_best_of_n
 
 Strategy = Callable[..., StrategyResult]
 

@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from search.scaling.pool import ScoredPool
-from search.scaling.strategies import (
+from search.scored_pool import ScoredPool
+from search.strategies import (
     STRATEGIES,
     USES_VERDICTS,
     Draws,
@@ -42,7 +42,7 @@ def powers_up_to(n: int) -> list[int]:
 
 @dataclass
 class CurvesConfig:
-    strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))  # names in search.scaling.strategies.STRATEGIES
+    strategies: list[str] = field(default_factory=lambda: list(STRATEGIES))  # names in search.strategies.STRATEGIES
     k_values: list[int] = field(default_factory=list)  # candidates per point; empty: 1, 2, 4, ..., k_inf
     k_verif_values: list[int] = field(default_factory=list)  # verdicts per candidate; empty: 1, 2, 4, ..., k_verif
     seeds: int = 20  # subsamples averaged per point

@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from search.scaling.curves import LABELS, Curves, plot_curves
-from search.scaling.pool import ScoredPool
+from scaling.curves import LABELS, Curves, plot_curves
+from search.scored_pool import ScoredPool
 
 if TYPE_CHECKING:
-    from search.scaling.config import ScalingConfig
+    from scaling.config import ScalingConfig
 
 
 def write_outputs(run_dir: Path, curves: Curves, pool: ScoredPool) -> None:

@@ -1,4 +1,4 @@
-"""Verification@k over a stored pool: the shared selection code (search.scaling.selection)
+"""Verification@k over a stored pool: the shared selection code (search.selection)
 run on random subsamples, with the tie-break's comparisons replayed from the stored ones.
 
 Two registered strategies: "verification" leaves the tie-break out (the paper's scaling
@@ -13,8 +13,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from search.scaling.pool import ScoredPool
-from search.scaling.selection import (
+from search.scored_pool import ScoredPool
+from search.selection import (
     SelectionOptions,
     matchups,
     shortlist,
@@ -22,7 +22,7 @@ from search.scaling.selection import (
     tie_winner,
     verdict_score,
 )
-from search.scaling.strategies.base import Draws, StrategyResult, check_k, draw_verdicts
+from search.strategies.base import Draws, StrategyResult, check_k, draw_verdicts
 
 
 def probability_scores(pool: ScoredPool, draws: Draws, k_verif: int, first: int) -> tuple[np.ndarray, np.ndarray]:
