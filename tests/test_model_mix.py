@@ -4,6 +4,7 @@ records, and the vote over the pooled programs of a real search."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -32,7 +33,17 @@ def test_a_model_that_never_earns_loses_its_share():
     play(bandit, {"dud": 0, "good": 2}, 200)
     shares = bandit.shares()
     assert shares["dud"] < 0.1 < 0.9 < shares["good"]
-    assert bandit.arms["dud"].batches >= 1  # tried (warm-up), never starved outright
+    assert bandit.arms["dud"].batches > 1  # tried beyond its warm-up: never starved outright
+
+
+def test_after_the_warmup_the_draws_decide():
+    bandit = RateBandit(["a", "b"], "thompson", warmup=1, seed=0)
+    assert bandit.shares() == {"a": 0.0, "b": 0.0}  # nothing drawn yet
+    assert [bandit.choose(), bandit.choose()] == ["a", "b"]
+    bandit.record("a", programs=8, seconds=1000.0)
+    bandit.record("b", programs=8, seconds=1.0)
+    bandit.credit("b", 1000)
+    assert [bandit.choose() for _ in range(3)] == ["b", "b", "b"]  # a's rate is ~1e-3 of b's
 
 
 def test_earnings_count_per_unit_of_cost_not_per_batch():
@@ -69,12 +80,18 @@ def test_mix_names_every_program_by_its_model_and_records_its_cost():
         return [[Completion("x", "stop", 1, 1, "engine-version") for _ in range(params.n)] for _ in prompts]
 
     mix = ModelMix({"m0": fixed, "m1": fixed}, "uniform")
+    started = time.perf_counter()
     rows = [asyncio.run(mix(["p", "q"], SamplingParams(n=3))) for _ in range(4)]
+    wall = time.perf_counter() - started
+    assert 0 < mix.bandit.arms["m0"].seconds + mix.bandit.arms["m1"].seconds <= wall  # the calls' own time
     assert [{c.model_version for r in row for c in r} for row in rows] == [{"m0"}, {"m1"}, {"m0"}, {"m1"}]
     mix.credit({"m1": 2, "other": 5})  # a model outside the mix (an earlier version's program): ignored
     summary = mix.summary({"m1": 3})
     assert summary["m0"]["programs"] == summary["m1"]["programs"] == 12 and summary["m1"]["reward"] == 2
     assert summary["m0"]["budget_share"] == 0.5 and summary["m1"]["solution_share"] == 1.0
+    assert summary["m0"]["solution_share"] == 0.0  # absent from the solutions: none of them
+    assert {m["solution_share"] for m in mix.summary({}).values()} == {0.0}  # no solutions at all
+    assert "solution_share" not in mix.summary()["m0"]
 
 
 def test_search_over_a_mix_pays_the_model_that_writes_right_programs_and_votes_over_the_pool(store, experiment_name):
