@@ -31,13 +31,13 @@ import argparse
 import asyncio
 import multiprocessing
 import os
-import socket
 import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+from common.ports import free_port
 from common.sampling import Completion, SamplingParams
 
 GOAL = {"pool1": 0.95, "http": 0.9}  # tokens/s over the bare engine's (issue #16)
@@ -108,12 +108,6 @@ def _spin() -> None:
     """Background load: one core kept busy (--busy-cores)."""
     while True:
         pass
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main(argv: list[str] | None = None) -> None:

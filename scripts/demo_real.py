@@ -21,11 +21,12 @@ import importlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from common.ports import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "pretrained:smollm2-135m-instruct"
@@ -37,12 +38,6 @@ CHAT = "What is 2+3? Reply with just the number."
 # --engine vllm: the sampler of configs/*-smollm-vllm.yaml, for the served chat (serve has no config file)
 VLLM_SERVE = ["sampler.engine=vllm",
               "sampler.engine_kwargs={dtype: native, max_model_len: 2048, enforce_eager: true, cpu_kv_cache_gib: 1}"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def served_chat(timeout_s: float = 600.0, engine: str = "transformers") -> str:

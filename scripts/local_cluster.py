@@ -26,7 +26,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -38,16 +37,12 @@ from typing import Any
 
 import yaml
 
+from common.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAD_RESOURCES = {"head": 1}
 WORKER_CPUS = 4  # logical: a worker left alone must hold every actor and the training task
 OBJECT_STORE = 200 * 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _ppid(pid: int) -> int:

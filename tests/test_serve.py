@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 
 import httpx
 import openai
@@ -14,6 +13,7 @@ from _capture import own_lines
 from _models import build_models, expected
 from fastapi.testclient import TestClient
 
+from common.ports import free_port
 from common.sampling import Completion, ContextLengthError, SamplingParams
 from search.engines.openai_engine import OpenAIEngine
 from search.pool import PoolConfig
@@ -294,12 +294,6 @@ def test_a_stream_that_fails_before_its_first_chunk_is_an_http_error_and_later_a
 
 # --- the real service ------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def service(ray_local, redis_server, models):
     """`ratchet serve --experiment <exp>` on the session's Ray, serving registry version v1."""
@@ -319,7 +313,7 @@ def service(ray_local, redis_server, models):
                         experiment=experiment, prompts_per_request=2),
         model_name="tiny", api_key=KEY,
     )
-    url = run(settings, host="127.0.0.1", port=_free_port(), blocking=False)
+    url = run(settings, host="127.0.0.1", port=free_port(), blocking=False)
     yield url
     serve.shutdown()
 
