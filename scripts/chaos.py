@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from chaos_jobs import JOBS, POINTS, compare, differences, progress, snapshot, summary  # noqa: E402
 
+from common.procs import cmdline, pids, ppid  # noqa: E402
 from store import Store, keys  # noqa: E402
 from store.server import ensure_local_server, stop_local_server  # noqa: E402
 
@@ -52,27 +53,11 @@ LEASE_TTL_S = 10  # short, so a killed driver's lease frees soon; a restart wait
 ACTOR_TITLES = {"sampler": "ray::SamplerWorker", "verifier": "ray::ArcVerifierActorImpl"}
 
 
-def _cmdline(pid: int) -> bytes:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    return b""
-
-
-def _ppid(pid: int) -> int:
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    return 0
-
-
-def _pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
-
-
 def _descends(pid: int, roots: set[int]) -> bool:
     for _ in range(64):
         if pid in roots:
             return True
-        pid = _ppid(pid)
+        pid = ppid(pid)
         if pid <= 1:
             return False
     return False
@@ -80,7 +65,7 @@ def _descends(pid: int, roots: set[int]) -> bool:
 
 def ray_roots(ray_tmp: str) -> set[int]:
     """The Ray processes started under `ray_tmp` (Ray passes its session dir to each)."""
-    return {p for p in _pids() if ray_tmp.encode() in _cmdline(p)}
+    return {p for p in pids() if ray_tmp.encode() in cmdline(p)}
 
 
 def candidates(ray_tmp: str, point: str) -> list[int]:
@@ -89,9 +74,9 @@ def candidates(ray_tmp: str, point: str) -> list[int]:
     roots = ray_roots(ray_tmp)
     if point in ACTOR_TITLES:
         title = ACTOR_TITLES[point].encode()
-        return [p for p in _pids() if _cmdline(p).startswith(title) and _descends(p, roots)]
+        return [p for p in pids() if cmdline(p).startswith(title) and _descends(p, roots)]
     # sandbox: a verifier actor's zygote or one of its forked children (same cmdline)
-    return [p for p in _pids() if b"zygote.py" in _cmdline(p) and _descends(p, roots)]
+    return [p for p in pids() if b"zygote.py" in cmdline(p) and _descends(p, roots)]
 
 
 def find_process(ray_tmp: str, point: str) -> int | None:
@@ -103,14 +88,14 @@ def find_process(ray_tmp: str, point: str) -> int | None:
 def census(ray_tmp: str) -> str:
     """What a lookup that found nothing did see: verifier actors and sandbox processes."""
     roots = ray_roots(ray_tmp)
-    mine = [p for p in _pids() if _descends(p, roots)]
-    actors = sum(_cmdline(p).startswith(ACTOR_TITLES["verifier"].encode()) for p in mine)
-    return f"{actors} verifier actor(s), {sum(b'zygote.py' in _cmdline(p) for p in mine)} sandbox process(es)"
+    mine = [p for p in pids() if _descends(p, roots)]
+    actors = sum(cmdline(p).startswith(ACTOR_TITLES["verifier"].encode()) for p in mine)
+    return f"{actors} verifier actor(s), {sum(b'zygote.py' in cmdline(p) for p in mine)} sandbox process(es)"
 
 
 def describe(point: str, pid: int) -> str:
     if point == "sandbox":
-        return "sandbox child" if b"zygote.py" in _cmdline(_ppid(pid)) else "sandbox zygote"
+        return "sandbox child" if b"zygote.py" in cmdline(ppid(pid)) else "sandbox zygote"
     return point
 
 
@@ -160,7 +145,7 @@ class Cluster:
         """Kill what is left of a driver's local Ray after it ended (never `ray stop`: it
         kills every Ray of the user on the machine)."""
         roots = self.ray_roots()
-        for pid in [p for p in _pids() if _descends(p, roots)]:
+        for pid in [p for p in pids() if _descends(p, roots)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 

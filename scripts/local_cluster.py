@@ -38,6 +38,7 @@ from typing import Any
 import yaml
 
 from common.ports import free_port
+from common.procs import cmdline, memory_holds, ppid
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD_RESOURCES = {"head": 1}
@@ -45,21 +46,9 @@ WORKER_CPUS = 4  # logical: a worker left alone must hold every actor and the tr
 OBJECT_STORE = 200 * 1024 * 1024
 
 
-def _ppid(pid: int) -> int:
-    with contextlib.suppress(OSError, IndexError, ValueError):
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    return 0
-
-
-def _cmdline(pid: int) -> bytes:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    return b""
-
-
 def pids_titled(title: str) -> list[int]:
     """Processes whose command line starts with `title` (Ray names a worker `ray::<task or actor>`)."""
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(int(p.name)).startswith(
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and cmdline(int(p.name)).startswith(
         title.encode())]
 
 
@@ -147,7 +136,7 @@ class LocalCluster:
         for _ in range(64):
             if pid in raylets:
                 return raylets[pid]
-            pid = _ppid(pid)
+            pid = ppid(pid)
             if pid <= 1:
                 return None
         return None
@@ -206,7 +195,7 @@ class LocalCluster:
             with contextlib.suppress(Exception):
                 self.ray.shutdown()
         for pid in [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]:
-            if str(self.ray_tmp).encode() in _cmdline(pid):  # anything of this cluster's left
+            if str(self.ray_tmp).encode() in cmdline(pid):  # anything of this cluster's left
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         from store.tcp import stop_tcp_server
@@ -223,24 +212,6 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def memory_holds(pid: int, needle: bytes) -> bool:
-    """Whether the process's readable memory holds `needle` (how the secret checks look at Ray's GCS)."""
-    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
-        for line in maps:
-            fields = line.split()
-            if "r" not in fields[1] or (len(fields) > 5 and fields[5].startswith("[v")):
-                continue
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            try:
-                if needle in os.pread(mem.fileno(), hi - lo, lo):
-                    return True
-            except OSError:
-                continue
-    return False
-
-
 
 
 class _Completions(BaseHTTPRequestHandler):

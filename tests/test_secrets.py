@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from common.procs import memory_holds
 from common.sampling import SamplingParams
 from common.secrets import literal_secrets, resolve_secret_refs
 from search.pool import PoolConfig, SamplerPool
@@ -82,21 +83,6 @@ def _gcs_pids() -> list[int]:
     return pids
 
 
-def _memory_holds(pid: int, needle: bytes) -> bool:
-    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
-        for line in maps:
-            fields = line.split()
-            if "r" not in fields[1] or (len(fields) > 5 and fields[5].startswith("[v")):
-                continue
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            try:
-                if needle in os.pread(mem.fileno(), hi - lo, lo):
-                    return True
-            except OSError:
-                continue
-    return False
-
-
 def test_a_sampler_actor_reads_its_key_which_never_reaches_rays_cluster_state(ray_local, tmp_path):
     key = f"sk-never-in-ray-{os.urandom(8).hex()}"
     path = tmp_path / "openai-key"
@@ -120,5 +106,5 @@ def test_a_sampler_actor_reads_its_key_which_never_reaches_rays_cluster_state(ra
     assert gcs, "no GCS server of this session's Ray found"
     # the GCS holds every actor's creation task with its arguments (what GCS fault tolerance
     # persists to Redis, what the dashboard reads): the file's path is there, never the key
-    assert all(_memory_holds(pid, str(path).encode()) for pid in gcs)
-    assert not any(_memory_holds(pid, key.encode()) for pid in gcs)
+    assert all(memory_holds(pid, str(path).encode()) for pid in gcs)
+    assert not any(memory_holds(pid, key.encode()) for pid in gcs)

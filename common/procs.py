@@ -1,0 +1,44 @@
+"""Reading other processes from /proc (Linux): command lines, parents, and whether a process's
+memory holds some bytes. The fault demos find Ray's workers and sandboxes by these; the secret
+checks look into Ray's GCS with memory_holds."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+
+def pids() -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+
+
+def cmdline(pid: int) -> bytes:
+    """The process's NUL-separated argv; b"" once it is gone."""
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    return b""
+
+
+def ppid(pid: int) -> int:
+    """The parent's pid; 0 once the process is gone (the command name may hold spaces and
+    parentheses, so the fields are read after its last ')')."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return 0
+
+
+def memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether the process's readable memory (its vdso and vvar pages left out) holds `needle`."""
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
+        for line in maps:
+            fields = line.split()
+            if "r" not in fields[1] or (len(fields) > 5 and fields[5].startswith("[v")):
+                continue
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            try:
+                if needle in os.pread(mem.fileno(), hi - lo, lo):
+                    return True
+            except OSError:
+                continue
+    return False
