@@ -79,12 +79,25 @@ class LearnConfig:
     save_steps: int = 50  # a checkpoint every N steps: a training killed (or its node lost) resumes from it
     learning_rate: float = 1e-3  # SFT learning rate
     batch_size: int = 16  # SFT rows per step
+    # rows per forward pass (gradients accumulate over batch_size / micro_batch passes); None:
+    # batch_size. A chat model's logits take rows x tokens x vocabulary floats several times over
+    # (loss, entropy, gradients): 8 rows of ~1.5k tokens of SmolLM2 (vocab 49k) took 16 GB
+    micro_batch: int | None = None
     max_length: int = 2048  # tokens per training sequence
     num_cpus: float = 1.0  # Ray CPUs reserved for the SFT task (the samplers idle meanwhile)
     # Fresh rows of model.seed's corpus mixed into every step's hindsight data (replay): a small
     # model fine-tuned on a few tasks' programs alone forgets what the seed corpus taught it.
     seed_rows: int = 0
     hindsight: HindsightConfig = field(default_factory=HindsightConfig)
+
+    def __post_init__(self):
+        if self.micro_batch is not None and (self.micro_batch < 1 or self.batch_size % self.micro_batch):
+            raise ValueError(f"learn.micro_batch={self.micro_batch} must divide learn.batch_size={self.batch_size}")
+
+    def batch_args(self) -> dict[str, int]:
+        """The trainer's batch fields: batch_size rows a step, micro_batch of them a forward pass."""
+        micro = self.micro_batch or self.batch_size
+        return {"per_device_train_batch_size": micro, "gradient_accumulation_steps": self.batch_size // micro}
 
 
 @dataclass

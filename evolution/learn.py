@@ -98,8 +98,7 @@ async def train_and_publish(learn: LearnConfig, store: Store, *, registry: str, 
     dataset_s = round(time.time() - started, 2)
     sft = SFTJobConfig(
         model_path=start.checkpoint, output_dir=str(final.resolve()), max_steps=steps,
-        learning_rate=learn.learning_rate, per_device_train_batch_size=learn.batch_size,
-        max_length=learn.max_length, seed=seed, save_steps=learn.save_steps,
+        learning_rate=learn.learning_rate, **learn.batch_args(), max_length=learn.max_length, seed=seed, save_steps=learn.save_steps,
         **lora_args(learn.lora, learn, base_checkpoint or start.checkpoint),
         # a Ray task's stderr is no terminal: the trainer's numbers come as log lines, not a bar
         disable_tqdm=True, logging_steps=max(1, steps // 5), **(train_args or {}),

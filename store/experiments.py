@@ -53,7 +53,16 @@ def changed_fields(old: Any, new: Any, path: str = "") -> list[str]:
         for k in sorted(set(old) | set(new), key=str):
             out += changed_fields(old.get(k), new.get(k), f"{path}{k}.")
         return out
-    return [] if old == new else [path.rstrip(".") or "(root)"]
+    return [] if _plain(old) == _plain(new) else [path.rstrip(".") or "(root)"]
+
+
+def _plain(value: Any) -> Any:
+    """As the value comes back from the stored JSON: a tuple is a list there."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
 class ExperimentRegistry:

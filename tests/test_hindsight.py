@@ -223,3 +223,16 @@ def test_text_rows_of_numpy_prompts_answer_in_the_code_block_they_ask_for(task, 
     rows, _ = build_rows({task.id: task}, {task.id: cands}, HindsightConfig(per_task=2), 0, style="numpy")
     assert rows and all(isinstance(r["prompt"], str) and r["completion"].startswith("```python\n") for r in rows)
     assert all("one ```python block" in r["prompt"] for r in rows)
+
+
+def test_learn_micro_batch_splits_a_step_into_forward_passes():
+    """Same rows a step, fewer at once: a chat model's logits on 8 long rows took 16 GB and Ray
+    killed the training for memory, again and again."""
+    from evolution.config import LearnConfig
+
+    assert LearnConfig(batch_size=8).batch_args() == {"per_device_train_batch_size": 8, "gradient_accumulation_steps": 1}
+    assert LearnConfig(batch_size=8, micro_batch=2).batch_args() == {"per_device_train_batch_size": 2,
+                                                                       "gradient_accumulation_steps": 4}
+    for bad in (3, 0, -2):
+        with pytest.raises(ValueError, match="micro_batch"):
+            LearnConfig(batch_size=8, micro_batch=bad)

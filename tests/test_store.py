@@ -307,3 +307,20 @@ def test_an_experiment_recorded_before_config_hashes_refuses_another_config(stor
     assert store.experiments.get(experiment_name).config_hash == ""  # nothing adopted
     adopted = store.experiments.create(experiment_name, "soar", old, exist_ok=True, config_hash="h-old")
     assert adopted.config_hash == "h-old" and adopted.config_changes == []
+
+
+def test_a_changed_config_names_only_the_fields_that_changed(store, experiment_name):
+    """The stored config comes back from JSON with lists where the dataclasses hold tuples: those
+    are the same config, not changes (a resumed SOAR run listed filters.refine_ignores and
+    learn.hindsight.drop among its changes, and a legacy record with a tuple was never adopted)."""
+    from store.experiments import ConfigChanged
+
+    def config(micro_batch):
+        return {"filters": {"refine_ignores": ()}, "learn": {"drop": ("identity", "long_line"), "micro_batch": micro_batch}}
+
+    store.experiments.create(experiment_name, "soar", config(None), config_hash="h1")
+    with pytest.raises(ConfigChanged, match=r"changed: learn\.micro_batch;"):
+        store.experiments.create(experiment_name, "soar", config(2), exist_ok=True, config_hash="h2")
+    legacy = f"{experiment_name}-legacy"
+    store.experiments.create(legacy, "soar", config(None))  # no hash: adopted when its config is the same
+    assert store.experiments.create(legacy, "soar", config(None), exist_ok=True, config_hash="h1").config_hash == "h1"
