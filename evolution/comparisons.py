@@ -21,7 +21,8 @@ T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 METRICS = ("solved_seeds", "heldout_solved_seeds", "hit_rate_seeds", "heldout_hit_rate_seeds")
 # in the report's order: the control that answers "did the hindsight rows teach it?" first
 AGAINST = {"seed_only_control": "the seed-only control", "seed_model": "the seed model (iteration 0)",
-           "random_prior": "the random-program prior"}
+           "random_prior": "the random-program prior", "model_mix_thompson": "the model mix (Thompson bandit)",
+           "model_mix_uniform": "the model mix (uniform split)"}
 
 
 def t975(df: int) -> float:
@@ -52,7 +53,8 @@ def comparisons(entries: list[dict[str, Any]], baselines: dict[str, Any] | None)
     if len(measured) < 1:
         return {}
     last = measured[-1]
-    others = {"seed_model": measured[0]} if len(measured) > 1 else {}
+    first = measured[0]
+    others = {"seed_model": first} if len(measured) > 1 and first.get("iteration", 0) == 0 else {}
     others |= {k: v for k, v in (baselines or {}).items() if "solved_seeds" in v}
     out = {}
     for name, other in others.items():

@@ -15,6 +15,7 @@ from common.tracking import TrackingConfig
 from evolution.driver import SearchConfig
 from evolution.filters import FilterConfig
 from evolution.hindsight import HindsightConfig
+from evolution.model_mix import MixConfig
 from evolution.voting import VoteConfig
 from search.pool import PoolConfig
 from training.seed import SeedConfig
@@ -106,6 +107,9 @@ class ControlsConfig:
     # demo and held-out tasks; the iteration's own search counts as the run of search.seed.
     seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
     measure_models: bool = False  # every model version on every seed and split (the demo does)
+    # the first iteration measured: 1 skips the seed model (a lever run or a short demo whose
+    # iteration 0 is measured elsewhere; its own search still counts in the iterations table)
+    measure_from: int = 0
     random_prior: bool = False  # also search with random DSL programs (no model), same budget
     seed_only: bool = False  # the seed model + the same extra SFT steps on seed-corpus rows only
 
@@ -114,6 +118,12 @@ class ControlsConfig:
             raise ValueError("controls.seeds must name at least one sampling seed")
         if len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"controls.seeds {self.seeds} repeats a seed")
+        if self.measure_from < 0:
+            raise ValueError(f"controls.measure_from={self.measure_from} must be >= 0 (an iteration)")
+
+    def measures(self, iteration: int) -> bool:
+        """Whether iteration `iteration`'s model is measured on every seed and split."""
+        return self.measure_models and iteration >= self.measure_from
 
 
 @dataclass
@@ -133,6 +143,7 @@ class SoarConfig:
     vote: VoteConfig = field(default_factory=VoteConfig)  # the weighted majority vote (evolution/voting.py)
     learn: LearnConfig = field(default_factory=LearnConfig)  # hindsight data and SFT between searches
     controls: ControlsConfig = field(default_factory=ControlsConfig)  # what every model is measured against
+    mix: MixConfig = field(default_factory=MixConfig)  # several models in one search, measured after the controls
     # programs tried per task at which the solved-vs-programs curve is read
     curve_budgets: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 6000])
     render_tasks: int = 6  # PNG renderings of this many tasks with their attempts

@@ -13,7 +13,7 @@ registry, so a restarted job reuses what it finished.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,18 +33,21 @@ log = logging.getLogger(__name__)
 
 
 async def measure_sampler(cfg: SoarConfig, store: Store, tasks: Mapping[str, ArcTask],
-                          heldout: Mapping[str, ArcTask], sampler: Sampler, verifier: Verifier, *, namespace: str,
-                          model_version: str, label: str,
+                          heldout: Mapping[str, ArcTask], sampler: Sampler | None, verifier: Verifier, *,
+                          namespace: str, model_version: str, label: str,
                           reuse: Mapping[int, Mapping[str, TaskOutcome]] | None = None,
-                          examples: Mapping[str, tuple[ArcTask, str]] | None = None) -> dict[str, Any]:
-    """One sampler on every seed of controls.seeds, on the demo and the held-out tasks."""
+                          examples: Mapping[str, tuple[ArcTask, str]] | None = None,
+                          fresh_sampler: Callable[[str, int], Sampler] | None = None) -> dict[str, Any]:
+    """One sampler (or a fresh one per search: evolution.measure) on every seed of
+    controls.seeds, on the demo and the held-out tasks."""
     def on_search(split: str, seed: int, solved: float, hit: float) -> None:
         log.debug("%s: %s tasks, seed %d: solved %s, hit rate %s", label, split, seed, num(solved), num(hit))
 
     m = await measure(cfg.search, sampler=sampler, verifier=verifier,
                       archive_for=lambda split_seed: store.archive(f"{namespace}.{split_seed}"),
                       tasks=tasks, heldout=heldout, seeds=cfg.controls.seeds, model_version=model_version,
-                      filters=cfg.filters, vote_cfg=cfg.vote, reuse=reuse, on_search=on_search, examples=examples)
+                      filters=cfg.filters, vote_cfg=cfg.vote, reuse=reuse, on_search=on_search, examples=examples,
+                      fresh_sampler=fresh_sampler)
     return m.to_dict()
 
 

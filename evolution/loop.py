@@ -17,8 +17,10 @@ finished measurements and controls. Outputs are rewritten after every search.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -44,6 +46,7 @@ from evolution.learn import (
     seed_rows,
     train_and_publish,
 )
+from evolution.mixture import measure_mixes
 from evolution.prompts import sampling_prompt
 from evolution.report import write_outputs
 from evolution.tasks import load_split, select
@@ -58,6 +61,9 @@ from verifiers.arc.grids import ArcTask
 from verifiers.arc.results import Verifier
 
 log = logging.getLogger(__name__)
+
+# (checkpoint, version name, files, share of sampler.num_cpus_per_actor) -> a started sampler pool
+NewSampler = Callable[[str, str, "dict[str, str] | None", float], Any]
 
 
 @dataclass
@@ -109,16 +115,23 @@ def one_shot_examples(max_chars: int | None, shown_never: set[str]) -> dict[str,
             and (max_chars is None or len(sampling_prompt(arc1[tid], "numpy")) <= max_chars)}
 
 
+def model_checkpoint(spec: str, task_ids: list[str]) -> str:
+    """A checkpoint dir for a config's model: `pretrained:<name>` fetched, an embedded model's
+    manifest checked, an adapter dir merged into its base (refused if it drew on `task_ids`)."""
+    checkpoint = embedded.verified(pretrained.resolve_checkpoint(spec))
+    if adapters.is_adapter(checkpoint):  # e.g. models/smollm2-arc-lora: its base with it merged in
+        check_unseen(checkpoint, task_ids)
+        checkpoint = adapters.merged_checkpoint(checkpoint)
+    return checkpoint
+
+
 def base_model(cfg: SoarConfig, store: Store, task_ids: list[str]) -> ModelVersion:
     """The experiment's first version: on a fresh experiment, the configured checkpoint (an adapter
     dir merged into its base) or the seed model (built, or reused from the cache), published as v0."""
     registry = store.models(cfg.experiment)
     if registry.current() is None:
         if cfg.model.checkpoint:
-            checkpoint = embedded.verified(pretrained.resolve_checkpoint(cfg.model.checkpoint))
-            if adapters.is_adapter(checkpoint):  # e.g. models/smollm2-arc-lora: its base with it merged in
-                check_unseen(checkpoint, task_ids)
-                checkpoint = adapters.merged_checkpoint(checkpoint)
+            checkpoint = model_checkpoint(cfg.model.checkpoint, task_ids)
             publish(store, cfg.experiment, checkpoint, parent=None, metrics={},
                     note="base")
         else:
@@ -166,11 +179,12 @@ def iteration_line(entry: dict[str, Any], previous: dict[str, Any] | None, heldo
 class SoarLoop:
     def __init__(self, cfg: SoarConfig, *, store: Store, tasks: dict[str, ArcTask], heldout: dict[str, ArcTask],
                  base: ModelVersion, sampler: Any, verifier: Verifier, run_dir: Path, tracker: Tracker | None = None,
-                 extra: dict[str, ArcTask] | None = None):
+                 extra: dict[str, ArcTask] | None = None, new_sampler: NewSampler | None = None):
         self.cfg = with_prompt_format(cfg, base.checkpoint) if base is not None else cfg
         self.store, self.tasks, self.heldout, self.base = store, tasks, heldout, base
         self.extra = extra or {}  # searched for hindsight data only: never measured, never in the reports' solved
         self.sampler, self.verifier, self.run_dir = sampler, verifier, run_dir
+        self.new_sampler = new_sampler  # one more sampler pool per model of a mix (ray_jobs/soar.py)
         self.tracker = tracker or Tracker({})  # each iteration's search (and measure) figures
         # checkpoints and datasets of this experiment only: a storage_path shared by experiments
         # never lets one's checkpoints/itN meet another's (run_dir already ends in the name)
@@ -199,7 +213,7 @@ class SoarLoop:
             if it > 0:
                 result.entry["hindsight"] = learned
             result.entry |= switch  # weight_sync: the path the switch took (and why, when not the planned one)
-            if self.cfg.controls.measure_models:
+            if self.cfg.controls.measures(it):
                 started = time.time()
                 result.entry["search_hit_rate"] = result.entry["hit_rate"]  # this search's; hit_rate: over seeds
                 result.entry |= await self.measure(version, result.outcomes)
@@ -211,6 +225,7 @@ class SoarLoop:
             self.results.append(result)
             self.report()  # after every search: a later crash loses nothing measured
         await self.controls()
+        await self.mixtures()
         return self.report()
 
     async def search(self, version: ModelVersion, iteration: int) -> SearchResult:
@@ -333,6 +348,38 @@ class SoarLoop:
             self.baselines["seed_only_control"] = measured | {"steps": extra_steps(self.cfg),
                                                               "checkpoint": model.checkpoint}
             self.report()
+
+    def mix_models(self) -> dict[str, tuple[str, dict[str, str] | None]]:
+        """{name: (checkpoint, files)}: every published version, then each of mix.checkpoints."""
+        models = {v.version: (v.checkpoint, v.files) for v in self.store.models(self.cfg.experiment).list()}
+        task_ids = sorted({*self.tasks, *self.heldout})
+        for name, spec in self.cfg.mix.checkpoints.items():  # never a vN (MixConfig refuses those names)
+            models[name] = (model_checkpoint(spec, task_ids), None)
+        return models
+
+    async def mixtures(self) -> None:
+        """Every model in one search (evolution/mixture.py), each model on its own sampler pool;
+        together they hold the Ray CPUs of one pool (sampler.num_cpus_per_actor split between them)."""
+        if not self.cfg.mix.enabled:
+            return
+        if self.new_sampler is None:
+            raise ValueError("mix.enabled needs samplers for each model: run it through ray_jobs.soar")
+        models = self.mix_models()
+        if len(models) < 2:
+            log.warning("mix.enabled: only %s to mix (no training published another version); no mix measured",
+                        ", ".join(models))
+            return
+        pools = {name: self.new_sampler(checkpoint, name, files, 1 / len(models))
+                 for name, (checkpoint, files) in models.items()}
+        try:
+            await asyncio.gather(*(p.ready() for p in pools.values()))
+            self.baselines |= await measure_mixes(self.cfg, self.store, self.tasks, self.heldout,
+                                                  {n: p.submit for n, p in pools.items()}, self.verifier,
+                                                  self.examples())
+        finally:
+            for p in pools.values():
+                p.shutdown()
+        self.report()
 
     def report(self) -> dict[str, Any]:
         return write_outputs(self.cfg, self.run_dir, self.tasks, self.results, self.baselines)

@@ -45,16 +45,21 @@ def solved(tasks: Mapping[str, ArcTask], outcomes: Mapping[str, TaskOutcome], fi
     return sum(metrics.task_row(tasks[t], outcomes[t], filters, vote_cfg)["solved"] or 0.0 for t in tasks)
 
 
-async def measure(cfg: SearchConfig, *, sampler: Sampler, verifier: Verifier,
+async def measure(cfg: SearchConfig, *, sampler: Sampler | None, verifier: Verifier,
                   archive_for: Callable[[str], CandidateArchive], tasks: Mapping[str, ArcTask],
                   heldout: Mapping[str, ArcTask], seeds: Sequence[int], model_version: str,
                   filters: FilterConfig, vote_cfg: VoteConfig,
                   reuse: Mapping[int, Mapping[str, TaskOutcome]] | None = None,
                   on_search: Callable[[str, int, float, float], None] | None = None,
-                  examples: Mapping[str, tuple[ArcTask, str]] | None = None) -> Measurement:
+                  examples: Mapping[str, tuple[ArcTask, str]] | None = None,
+                  fresh_sampler: Callable[[str, int], Sampler] | None = None) -> Measurement:
     """Search every split with every seed; `reuse[seed]` is a demo-task search already done
-    with that seed (the iteration's own search), so it is not repeated."""
+    with that seed (the iteration's own search), so it is not repeated. `fresh_sampler(split,
+    seed)`, instead of `sampler`, gives each search its own (a model mix, whose bandit learns
+    within one search); its `credit` method, when it has one, is paid what each batch earned."""
     reuse = reuse or {}
+    if (sampler is None) == (fresh_sampler is None):
+        raise ValueError("measure needs a sampler or a fresh_sampler, not both")
     results: dict[str, tuple[list[float], list[float]]] = {s: ([], []) for s in SPLITS}
     for split, split_tasks in (("demo", tasks), ("heldout", heldout)):
         for seed in seeds:
@@ -64,11 +69,12 @@ async def measure(cfg: SearchConfig, *, sampler: Sampler, verifier: Verifier,
                 outcomes = reuse[seed]
             else:
                 budget = len(split_tasks) * (cfg.samples_per_task + cfg.refinements_per_task)
+                this = fresh_sampler(split, seed) if fresh_sampler else sampler
                 with progress(total=budget, desc=f"measure {model_version} {split} seed {seed}", unit="prog") as bar:
-                    search = SoarSearch(replace(cfg, seed=seed), sampler=sampler, verifier=verifier,
+                    search = SoarSearch(replace(cfg, seed=seed), sampler=this, verifier=verifier,
                                         archive=archive_for(f"{split}.s{seed}"), model_version=model_version,
                                         filters=filters, vote_cfg=vote_cfg, examples=dict(examples or {}),
-                                        on_progress=lambda _, n: bar.update(n))
+                                        on_progress=lambda _, n: bar.update(n), on_scored=getattr(this, "credit", None))
                     outcomes = await search.run(dict(split_tasks))
             n_solved = solved(split_tasks, outcomes, filters, vote_cfg)
             hit = metrics.hit_rate(dict(outcomes))

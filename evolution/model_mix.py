@@ -17,9 +17,11 @@ control: the model with the fewest batches so far, in the order given.
 
 from __future__ import annotations
 
+import asyncio
+import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -30,6 +32,66 @@ Rule = Literal["thompson", "uniform"]
 RULES: tuple[str, ...] = ("thompson", "uniform")
 Cost = Literal["seconds", "programs"]  # what a model's earnings are divided by
 COSTS: tuple[str, ...] = ("seconds", "programs")
+
+
+@dataclass
+class MixConfig:
+    """Several models in one search, measured after the iterations like a control (evolution/mixture.py)."""
+
+    enabled: bool = False
+    # other models by name, beside every published version of the experiment: Hugging Face
+    # checkpoint dirs, `pretrained:<name>`, or adapter dirs (merged into their base, as model.checkpoint)
+    checkpoints: dict[str, str] = field(default_factory=dict)
+    rule: Rule = "thompson"  # which model samples the next batch
+    cost: Cost = "programs"  # earnings per program drawn (the budgets' unit) or per second of sampling
+    warmup: int = 2  # batches of every model before the bandit draws
+    uniform_control: bool = True  # the same models split evenly: what the bandit's choice adds
+    # one model samples at a time: engines that share the same cores (vLLM's CPU build on one
+    # machine) slow each other down when two decode at once
+    exclusive: bool = True
+
+    def __post_init__(self):
+        if self.rule not in RULES:
+            raise ValueError(f"mix.rule={self.rule!r}: choose one of {list(RULES)}")
+        if self.cost not in COSTS:
+            raise ValueError(f"mix.cost={self.cost!r}: choose one of {list(COSTS)}")
+        if self.warmup < 1:
+            raise ValueError(f"mix.warmup={self.warmup} must be >= 1")
+        taken = sorted(n for n in self.checkpoints if re.fullmatch(r"v\d+", n))
+        if taken:
+            raise ValueError(f"mix.checkpoints names {taken}: v0, v1, ... are the experiment's versions; rename them")
+
+
+class OneModelAtATime:
+    """A gate: calls to the model in flight enter together, another model's calls wait until they
+    drain; between models, first come first served (a waiting call of another model holds back
+    later calls of the one in flight, so neither starves)."""
+
+    def __init__(self) -> None:
+        self.active: str | None = None
+        self.running = 0
+        self.waiting: list[tuple[object, str]] = []
+        self.cond = asyncio.Condition()
+
+    def _may_enter(self, ticket: object, name: str) -> bool:
+        ahead = self.waiting[: self.waiting.index((ticket, name))]
+        return (self.running == 0 or self.active == name) and all(n == name for _, n in ahead)
+
+    async def enter(self, name: str) -> None:
+        ticket = object()
+        async with self.cond:
+            self.waiting.append((ticket, name))
+            await self.cond.wait_for(lambda: self._may_enter(ticket, name))
+            self.waiting.remove((ticket, name))
+            self.active, self.running = name, self.running + 1
+            self.cond.notify_all()  # the same model's calls behind this one may enter too
+
+    async def leave(self) -> None:
+        async with self.cond:
+            self.running -= 1
+            if self.running == 0:
+                self.active = None
+            self.cond.notify_all()
 
 
 @dataclass
@@ -97,15 +159,22 @@ class ModelMix:
     """A sampler over several models' samplers; each call goes where the bandit says."""
 
     def __init__(self, samplers: Mapping[str, Generate], rule: Rule = "thompson", *, cost: Cost = "seconds",
-                 warmup: int = 1, seed: int = 0):
+                 warmup: int = 1, seed: int = 0, exclusive: bool = False):
         self.samplers = dict(samplers)
         self.bandit = RateBandit(list(self.samplers), rule, cost=cost, warmup=warmup, seed=seed)
+        self.gate = OneModelAtATime() if exclusive else None  # MixConfig.exclusive
 
     async def __call__(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         name = self.bandit.choose()
-        started = time.perf_counter()
-        rows = await self.samplers[name](prompts, params)
-        self.bandit.record(name, sum(len(r) for r in rows), time.perf_counter() - started)
+        if self.gate:
+            await self.gate.enter(name)
+        try:
+            started = time.perf_counter()  # after the gate: a model pays for its sampling, not its wait
+            rows = await self.samplers[name](prompts, params)
+            self.bandit.record(name, sum(len(r) for r in rows), time.perf_counter() - started)
+        finally:
+            if self.gate:
+                await self.gate.leave()
         # the model's name on every program, so credit and the report find it
         return [[replace(c, model_version=name) for c in row] for row in rows]
 

@@ -117,7 +117,19 @@ def plot_iterations(rows: list[dict], path: Path, baselines: dict[str, dict] | N
 
 
 CONTROL_NAMES = {"random_prior": "random-program prior (no model)",
-                 "seed_only_control": "seed-only control (seed + same SFT steps on seed data)"}
+                 "seed_only_control": "seed-only control (seed + same SFT steps on seed data)",
+                 "model_mix_thompson": "model mix (Thompson bandit)", "model_mix_uniform": "model mix (uniform split)"}
+
+
+def mix_lines(baselines: dict[str, Any]) -> list[str]:
+    """Each model's share of a mix's programs and of its right ones, per rule and split."""
+    lines = ["| mix | split | model | budget share | right-program share | programs |", "|---|---|---|---|---|---|"]
+    for b in baselines.values():
+        for split, models in b.get("shares", {}).items():
+            for model, sh in models.items():
+                lines.append(f"| {b['rule']} | {split} | {model} | {sh['budget_share']:.3f} | {sh['right_share']:.3f} | "
+                             f"{sh['programs']} |")
+    return lines if len(lines) > 2 else []
 
 
 def _fmt(values: Sequence[float] | None, digits: int = 1) -> str:
@@ -189,6 +201,11 @@ def write_outputs(cfg: SoarConfig, run_dir: Path, tasks: dict[str, ArcTask], res
                   f"Same search and budget for every sampler; mean ± standard deviation over sampling seeds "
                   f"{cfg.controls.seeds} (values in brackets). Held-out tasks never enter training.", ""]
         lines += comparison_table(entries, baselines)
+    mixes = mix_lines(baselines or {})
+    if mixes:
+        lines += ["", "## Several models in one search", "",
+                  "Each batch from one model (the rule), every model's programs in the vote; shares pooled over "
+                  "the sampling seeds of each split (a search resumed from the store adds none).", ""] + mixes
     lines += ["", f"## Searches (sampling seed {cfg.search.seed}, the programs hindsight learns from)", "",
               "| iteration | model | tasks | solved (pass@2) | oracle | programs | hit rate | sampler busy | wall s |",
               "|---|---|---|---|---|---|---|---|---|"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,12 @@ def check_soar(cfg: Any) -> None:
             raise ConfigError(str(e)) from None
     else:
         _corpus("model.seed.corpus", cfg.model.seed.corpus)
+    for name, spec in cfg.mix.checkpoints.items():  # checked before an hour of iterations, not after
+        need_checkpoint(f"mix.checkpoints.{name}", spec)
+        try:
+            check_unseen(spec, [*ts.ids, *ts.heldout_ids])
+        except ValueError as e:
+            raise ConfigError(f"mix.checkpoints.{name}: {e}") from None
 
 
 def soar_shared_paths(cfg: Any) -> dict[str, str]:
@@ -169,9 +176,20 @@ def training_demand(field: str, cpus: float, gpus_exist: bool) -> Demand:
 
 def soar_demands(cfg: Any, gpus_exist: bool) -> list[Demand]:
     v = cfg.verifier
-    return [pool_demand("sampler.num_actors", cfg.sampler, gpus_exist),
-            Demand("verifier.actors", v.actors, {"CPU": v.workers_per_actor, **v.resources}),
-            training_demand("learn.num_cpus", cfg.learn.num_cpus, gpus_exist)]
+    demands = [pool_demand("sampler.num_actors", cfg.sampler, gpus_exist),
+               Demand("verifier.actors", v.actors, {"CPU": v.workers_per_actor, **v.resources}),
+               training_demand("learn.num_cpus", cfg.learn.num_cpus, gpus_exist)]
+    if cfg.mix.enabled:  # SoarLoop.mixtures: a pool per model, one pool's CPUs between them
+        models = cfg.iterations + len(cfg.mix.checkpoints)
+        demands.append(pool_demand(f"mix ({models} models: a sampler pool each)",
+                                   mix_pool_config(cfg.sampler, 1 / models), gpus_exist, models * cfg.sampler.num_actors))
+    return demands
+
+
+def mix_pool_config(pool: Any, share: float) -> Any:
+    """A mix's pool for one model: `share` of sampler.num_cpus_per_actor (and of its GPUs, when set)."""
+    gpus = None if pool.num_gpus_per_actor is None else pool.num_gpus_per_actor * share
+    return replace(pool, num_cpus_per_actor=pool.num_cpus_per_actor * share, num_gpus_per_actor=gpus)
 
 
 def scaling_demands(cfg: Any, gpus_exist: bool) -> list[Demand]:

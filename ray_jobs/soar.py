@@ -44,8 +44,13 @@ async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
     tracker = Tracker.start(cfg.tracking, run_dir=ctx.run_dir, experiment=cfg.experiment, config=cfg)
     try:
         await sampler_pool.ready()
+        def mix_pool(checkpoint: str, version: str, files: dict[str, str] | None, share: float) -> SamplerPool:
+            return SamplerPool(checks.mix_pool_config(cfg.sampler, share), checkpoint=checkpoint, version=version,
+                               files=files)
+
         loop = SoarLoop(cfg, store=ctx.store, tasks=tasks, heldout=heldout, base=base, sampler=sampler_pool,
-                        verifier=pool_verifier(verifier_pool), run_dir=ctx.run_dir, tracker=tracker, extra=extra)
+                        verifier=pool_verifier(verifier_pool), run_dir=ctx.run_dir, tracker=tracker, extra=extra,
+                        new_sampler=mix_pool)
         return await loop.fit()
     finally:
         tracker.close()
@@ -54,10 +59,17 @@ async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
 
 
 def headline(summary: dict[str, Any]) -> str:
+    """The last search's figures, then (when measured) the last model minus the seed-only control
+    on held-out tasks, paired by seed: the number that says whether hindsight taught it anything."""
     e = summary["iterations"][-1]
-    return (f"iteration {e['iteration']}: solved {num(e['solved'])}/{e['tasks']} (oracle {num(e['oracle'])}), "
+    line = (f"iteration {e['iteration']}: solved {num(e['solved'])}/{e['tasks']} (oracle {num(e['oracle'])}), "
             f"{num(e['programs'])} programs, hit rate {num(e['hit_rate'])}, "
             f"sampler busy {num(e['sampler_busy_frac'])}, {num(e['wall_s'])} s")
+    held = summary.get("comparisons", {}).get("last_minus_seed_only_control", {}).get("heldout_solved_seeds")
+    if held:
+        ci = f" [{held['ci95'][0]:+.2f}, {held['ci95'][1]:+.2f}]" if held["ci95"] else ""
+        line += f"; held-out solved minus the seed-only control {held['mean']:+.2f}{ci} over {held['n']} seeds"
+    return line
 
 
 JOB = runner.JobSpec(workload="soar", config_cls=SoarConfig, run=run, doc=__doc__, headline=headline,

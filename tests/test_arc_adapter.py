@@ -96,6 +96,17 @@ def test_replay_rows_follow_the_prompt_format():
     assert text == {"prompt": row["prompt"][0]["content"], "completion": row["completion"][0]["content"]}
 
 
+def test_the_short_demo_is_the_full_run_with_smaller_budgets_and_keeps_its_control():
+    full = load_config(CONFIGS / "soar-smollm-arc.yaml", SoarConfig)
+    demo = load_config(CONFIGS / "soar-smollm-arc-demo.yaml", SoarConfig)
+    assert (demo.tasks, demo.model, demo.sampler) == (full.tasks, full.model, full.sampler)
+    assert demo.experiment != full.experiment  # never resumes the full run's record
+    assert demo.iterations == 2 and demo.controls.seed_only and demo.controls.measures(1)
+    assert len(demo.controls.seeds) >= 2  # a paired interval needs two seeds
+    assert demo.learn.max_steps < full.learn.max_steps
+    check_soar(demo)
+
+
 def test_the_shipped_adapter_saw_no_demo_task():
     path = Path(embedded.MODELS_DIR) / "smollm2-arc-lora"
     seen = set(json.loads((path / TRAINING_TASKS).read_text()))

@@ -157,6 +157,8 @@ def test_a_dry_run_with_octal_looking_ids_checks_them_and_exits_0(capsys):
     (soar, ["tasks.extra_ids=[0c786b71]"], "tasks.extra_ids: 1 task id(s) not in 'arc1-train'"),
     (soar, ["tasks.extra_split=arc3-eval"], "tasks.extra_split='arc3-eval': not one of"),
     (soar, ["model.checkpoint=models/no-such-seed"], "model.checkpoint='models/no-such-seed': no such checkpoint"),
+    (soar, ["mix.enabled=true", "mix.checkpoints={other: models/no-such-model}"],
+     "mix.checkpoints.other='models/no-such-model': no such checkpoint"),
     (soar, ["model.checkpoint=", "model.seed.corpus=nowhere.module:rows"], "model.seed.corpus='nowhere.module:rows'"),
     (scaling, ["dataset=data/math500.jsonl"], "dataset='data/math500.jsonl': no such JSONL file"),
     (scaling, ["model=/ckpt/qwen"], "model='/ckpt/qwen': no such checkpoint directory"),

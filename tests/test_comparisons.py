@@ -44,6 +44,13 @@ def test_one_measured_iteration_is_compared_with_the_controls_only():
     assert comps["last_minus_seed_only_control"]["solved_seeds"]["diffs"] == [2, 2, 2]
 
 
+def test_a_first_measured_iteration_after_zero_is_not_called_the_seed_model():
+    # controls.measure_from=1: iterations 1 and 2 measured, the seed model never was
+    entries = [{"iteration": 0}, _entry([1, 1, 1], iteration=1), _entry([2, 2, 3], iteration=2)]
+    comps = comparisons(entries, {"seed_only_control": _entry([1, 2, 3])})
+    assert set(comps) == {"last_minus_seed_only_control"}
+
+
 def test_the_last_of_several_iterations_is_the_one_compared():
     entries = [_entry([1, 1, 1]), _entry([2, 2, 2]), _entry([5, 6, 7]), {"iteration": 3}]  # the last: unmeasured
     comps = comparisons(entries, None)

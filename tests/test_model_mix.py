@@ -9,10 +9,13 @@ import time
 import numpy as np
 import pytest
 
+from common.config import load_config
 from common.sampling import Completion, SamplingParams
+from evolution import mixture
 from evolution.backends import local_verifier
+from evolution.config import SoarConfig
 from evolution.driver import SearchConfig, SoarSearch
-from evolution.model_mix import ModelMix, RateBandit
+from evolution.model_mix import MixConfig, ModelMix, OneModelAtATime, RateBandit
 from evolution.tasks import load_split
 from verifiers.arc import ArcExecutor
 
@@ -75,6 +78,15 @@ def test_bad_bandit_settings_are_refused(bad, message):
         RateBandit(["a"]).credit("a", -1)
 
 
+def test_a_mix_config_refuses_what_cannot_run():
+    with pytest.raises(ValueError, match=r"\['v1'\].*experiment's versions"):
+        MixConfig(checkpoints={"v1": "models/a", "other": "models/b"})
+    with pytest.raises(ValueError, match="mix.rule"):
+        MixConfig(rule="ucb")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="mix.warmup"):
+        MixConfig(warmup=0)
+
+
 def test_mix_names_every_program_by_its_model_and_records_its_cost():
     async def fixed(prompts, params):
         return [[Completion("x", "stop", 1, 1, "engine-version") for _ in range(params.n)] for _ in prompts]
@@ -127,3 +139,113 @@ def test_search_over_a_mix_pays_the_model_that_writes_right_programs_and_votes_o
     assert pooled  # solved with both models' programs in the vote
     for t in solved:  # the right programs are the geometric model's
         assert {c.model_version for c in outcomes[t].candidates if c.fully_correct} == {"geometric"}
+
+
+async def settle() -> None:
+    """Let every ready task run until it blocks (a bounded number of event-loop turns)."""
+    for _ in range(50):
+        await asyncio.sleep(0)
+
+
+def test_the_gate_lets_one_model_in_at_a_time_first_come_first_served():
+    async def scenario() -> list[str]:
+        gate, entered = OneModelAtATime(), []
+
+        async def call(name: str) -> None:
+            await gate.enter(name)
+            entered.append(name)
+
+        first = [asyncio.create_task(call(n)) for n in ("a", "a")]
+        await settle()
+        assert entered == ["a", "a"]  # one model's calls go in together
+        later = [asyncio.create_task(call(n)) for n in ("b", "a", "b")]
+        await settle()
+        assert entered == ["a", "a"]  # b waits for a; the later a waits behind b
+        await gate.leave()
+        await settle()
+        assert entered == ["a", "a"]  # one a still in flight
+        await gate.leave()
+        await settle()
+        assert entered == ["a", "a", "b"]  # the second b is behind the a that came before it
+        await gate.leave()
+        await settle()
+        assert entered == ["a", "a", "b", "a"]
+        await gate.leave()
+        await asyncio.gather(*first, *later)
+        return entered
+
+    assert asyncio.run(scenario()) == ["a", "a", "b", "a", "b"]
+
+
+def test_an_exclusive_mix_never_runs_two_models_at_once():
+    async def scenario() -> tuple[int, list[str]]:
+        running = {"a": 0, "b": 0}
+        overlap = 0
+        order: list[str] = []
+
+        def model(name: str):
+            async def sample(prompts, params):
+                nonlocal overlap
+                running[name] += 1
+                order.append(name)
+                overlap += bool(running["a"] and running["b"])
+                await settle()  # other calls get their turn while this one is in flight
+                running[name] -= 1
+                return [[Completion("x", "stop", 1, 1)] for _ in prompts]
+            return sample
+
+        mix = ModelMix({"a": model("a"), "b": model("b")}, "uniform", exclusive=True)
+        await asyncio.gather(*(mix(["p"], SamplingParams(n=1)) for _ in range(12)))
+        return overlap, order
+
+    overlap, order = asyncio.run(scenario())
+    assert overlap == 0 and sorted(order) == ["a"] * 6 + ["b"] * 6
+    open_mix = ModelMix({"a": None, "b": None}, "uniform")  # not exclusive: no gate at all
+    assert open_mix.gate is None
+
+
+def test_each_measured_search_has_its_own_mix_and_the_shares_are_pooled_per_split(store, experiment_name,
+                                                                                  monkeypatch):
+    """measure_mixes: the bandit and the uniform split on every seed and split, a fresh mix per
+    search (what one search's bandit learnt never carries into the next), shares per split."""
+    arc = load_split("arc1-train")
+    tasks, heldout = {t: arc[t] for t in ONE_STEP_TASKS[:2]}, {t: arc[t] for t in ONE_STEP_TASKS[4:5]}
+    drawn = iter(range(10**6))
+
+    async def dud(prompts, params):
+        return [[Completion("    grid = grid\n    return grid\n", "stop", 0, 0) for _ in range(params.n)] for _ in prompts]
+
+    async def geometric(prompts, params):
+        def program() -> str:
+            k = next(drawn)
+            return f"    grid = {SYMMETRIES[k % 7]}(grid)\n" + "    grid = grid\n" * (k // 7) + "    return grid\n"
+        return [[Completion(program(), "stop", 0, 0) for _ in range(params.n)] for _ in prompts]
+
+    cfg = load_config("configs/soar-demo.yaml", SoarConfig, [
+        f"experiment={experiment_name}", "search.samples_per_task=32", "search.refinements_per_task=0",
+        "search.batch=4", "search.stop_after_correct=32", "search.prompt_style=compact", "search.one_shot=false",
+        "controls.seeds=[0,1]", "mix.enabled=true", "mix.warmup=1"])
+    made: list[ModelMix] = []
+    real_fresh = mixture._fresh_mix
+
+    def fresh(*args):
+        made.append(real_fresh(*args))
+        return made[-1]
+
+    monkeypatch.setattr(mixture, "_fresh_mix", fresh)  # to count the mixes made; each still a real one
+    with ArcExecutor(workers=1, allowed_modules=("evolution.dsl",)) as ex:
+        out = asyncio.run(mixture.measure_mixes(cfg, store, tasks, heldout, {"dud": dud, "geometric": geometric},
+                                                local_verifier(ex)))
+    assert set(out) == {"model_mix_thompson", "model_mix_uniform"}
+    assert len(made) == 2 * 2 * 2 and len({id(m) for m in made}) == 8  # rules x seeds x splits, each new
+    bandit, uniform = out["model_mix_thompson"], out["model_mix_uniform"]
+    assert bandit["models"] == ["dud", "geometric"] and len(bandit["heldout_solved_seeds"]) == 2
+    for split, n_tasks in (("demo", 2), ("heldout", 1)):
+        b, u = bandit["shares"][split], uniform["shares"][split]
+        assert b["dud"]["programs"] + b["geometric"]["programs"] == 2 * 32 * n_tasks  # both seeds' budgets
+        assert u["dud"]["budget_share"] == u["geometric"]["budget_share"] == 0.5
+        assert b["geometric"]["budget_share"] > 0.5 and b["geometric"]["right_share"] == 1.0
+        assert b["dud"]["right_share"] == 0.0
+    assert store.archive(f"{experiment_name}.mix-uniform.heldout.s1").get_task(ONE_STEP_TASKS[4])
+    with pytest.raises(ValueError, match="two models"):
+        asyncio.run(mixture.measure_mixes(cfg, store, tasks, heldout, {"dud": dud}, None))

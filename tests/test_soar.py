@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from evolution.backends import local_sampler, local_verifier
+from evolution.config import ControlsConfig
 from evolution.driver import SearchConfig, SoarSearch
 from evolution.filters import FilterConfig
 from evolution.records import Candidate
@@ -243,3 +244,12 @@ def test_a_chat_search_sends_user_messages_and_reads_the_fenced_answer(store, ex
     (cand,) = outcomes["3c9b0459"].candidates
     assert cand.code.startswith("def transform(grid):") and cand.train_accuracy == 1.0  # rot180 solves 3c9b0459
     assert outcomes["3c9b0459"].no_code == 0
+
+
+def test_measure_from_skips_the_iterations_before_it_and_needs_measure_models():
+    c = ControlsConfig(measure_models=True, measure_from=1)
+    assert [c.measures(it) for it in range(3)] == [False, True, True]
+    assert not ControlsConfig(measure_models=False, measure_from=0).measures(0)
+    assert ControlsConfig(measure_models=True).measures(0)
+    with pytest.raises(ValueError, match="measure_from"):
+        ControlsConfig(measure_from=-1)

@@ -44,7 +44,7 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
         "filters.refine_ignores=[error,invalid_grid]",  # the test model is barely trained
         f"tasks.heldout_ids=[{HELDOUT_ID}]", f"tasks.extra_ids=[{EXTRA_ID}]", "controls.seeds=[0,1]",
         "controls.measure_models=true",
-        "controls.random_prior=true", "controls.seed_only=true",
+        "controls.random_prior=true", "controls.seed_only=true", "mix.enabled=true",
     ]
     cfg = load_config("configs/soar-demo.yaml", SoarConfig, overrides)
     summary = runner.execute(soar.JOB, cfg)
@@ -75,6 +75,14 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
         assert {"dataset_s", "train_s", "switch_s", "search_s"} <= set(entries[1]["timing"])
         assert entries[1]["weight_sync"] == "memory"  # sampler.weight_sync auto, transformers engine: the SFT's weights
         assert entries[1]["hindsight"]["tasks_with_rows"] == 3  # the extra task's programs are data too
+        # both versions in one search, each on its own pool: the bandit and the uniform split
+        for rule in ("thompson", "uniform"):
+            mix = summary["baselines"][f"model_mix_{rule}"]
+            assert mix["models"] == ["v0", "v1"] and len(mix["heldout_solved_seeds"]) == 2
+            shares = mix["shares"]["heldout"]
+            assert sum(m["programs"] for m in shares.values()) == 2 * (8 + 4)  # 2 seeds x 1 held-out task
+            assert store.archive(f"{experiment_name}.mix-{rule}.demo.s0").get_task(TASK_IDS[0])
+        assert "## Several models in one search" in (run_dir / "report.md").read_text()
     assert entries[0]["model_version"] == "v0"
     for name in ("random_prior", "seed_only_control"):
         control = summary["baselines"][name]
@@ -86,6 +94,7 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
     report = (run_dir / "report.md").read_text()
     assert "random-program prior" in report and "seed-only control" in report and "held-out solved" in report
     assert {"last_minus_seed_model", "last_minus_seed_only_control"} <= set(summary["comparisons"])
+    assert "held-out solved minus the seed-only control" in soar.headline(summary)
     # it opens with the paired differences, the seed-only control first (issue #42); the rest follows
     first = report.index("## Did it learn? Paired differences")
     assert first < report.index("## Models against controls") < report.index("## Searches")
@@ -102,6 +111,18 @@ def test_soar_job_searches_learns_and_searches_again(ray_local, store, soar_mode
     assert [e["solved_seeds"] for e in again["iterations"]] == [e["solved_seeds"] for e in entries]
     assert store.models(experiment_name).list() == models
     assert store.models(f"{experiment_name}.seed-only").list() == [control]
+
+
+def test_the_headline_ends_with_the_held_out_difference_from_the_seed_only_control():
+    last = {"iteration": 1, "solved": 3, "tasks": 19, "oracle": 4, "programs": 456, "hit_rate": 0.02,
+            "sampler_busy_frac": 0.9, "wall_s": 70}
+    held = {"n": 3, "mean": 1.0, "ci95": [-0.5, 2.5], "diffs": [1, 0, 2]}
+    summary = {"iterations": [last], "comparisons": {"last_minus_seed_only_control": {"heldout_solved_seeds": held},
+                                                     "last_minus_seed_model": {"heldout_solved_seeds": held | {"mean": 9}}}}
+    line = soar.headline(summary)
+    assert line.startswith("iteration 1: solved 3/19")
+    assert line.endswith("held-out solved minus the seed-only control +1.00 [-0.50, +2.50] over 3 seeds")
+    assert "control" not in soar.headline({"iterations": [last]})  # nothing measured: the search alone
 
 
 def test_held_out_tasks_must_not_be_search_tasks():
