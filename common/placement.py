@@ -64,6 +64,8 @@ class Demand:
     field: str  # the config field that sets it, named in the refusal (e.g. "sampler.num_actors")
     count: int
     per_unit: Mapping[str, float]
+    # demands of different phases never run together (SOAR trains, then measures a mix); None: always up
+    phase: str | None = None
 
 
 def _alive(nodes: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -76,7 +78,8 @@ def _fmt(resources: Mapping[str, float], zeros: bool = False) -> str:
 
 def check_capacity(nodes: Sequence[Mapping[str, Any]], demands: Sequence[Demand]) -> None:
     """Refuse a job whose actors and tasks cannot all run at once on the alive nodes: one
-    unit that fits on no single node, or more in total than the nodes have together."""
+    unit that fits on no single node, or more in total than the nodes have together (the
+    demands with no phase plus those of any one phase)."""
     alive = _alive(nodes)
     if not alive:
         return
@@ -91,16 +94,20 @@ def check_capacity(nodes: Sequence[Mapping[str, Any]], demands: Sequence[Demand]
     for n in alive:
         for k, v in n["Resources"].items():
             total[k] += v
-    asked: dict[str, float] = defaultdict(float)
-    for d in demands:
-        for k, v in d.per_unit.items():
-            asked[k] += d.count * v
-    short = {k: v for k, v in asked.items() if v > total.get(k, 0) + 1e-9}
-    if short:
-        parts = "; ".join(f"{d.field}: {d.count} x {_fmt(d.per_unit)}" for d in demands if d.count)
-        raise CapacityError(
-            f"the job asks for {_fmt(short)} at once ({parts}) but the cluster's {len(alive)} alive node(s) have "
-            f"{_fmt({k: total.get(k, 0) for k in short}, zeros=True)}; lower those fields or add nodes")
+    always = [d for d in demands if d.phase is None]
+    phases = sorted({d.phase for d in demands if d.phase is not None}) or [None]
+    for phase in phases:
+        together = always + [d for d in demands if phase is not None and d.phase == phase]
+        asked: dict[str, float] = defaultdict(float)
+        for d in together:
+            for k, v in d.per_unit.items():
+                asked[k] += d.count * v
+        short = {k: v for k, v in asked.items() if v > total.get(k, 0) + 1e-9}
+        if short:
+            parts = "; ".join(f"{d.field}: {d.count} x {_fmt(d.per_unit)}" for d in together if d.count)
+            raise CapacityError(
+                f"the job asks for {_fmt(short)} at once ({parts}) but the cluster's {len(alive)} alive node(s) "
+                f"have {_fmt({k: total.get(k, 0) for k in short}, zeros=True)}; lower those fields or add nodes")
 
 
 @dataclass

@@ -178,11 +178,12 @@ def soar_demands(cfg: Any, gpus_exist: bool) -> list[Demand]:
     v = cfg.verifier
     demands = [pool_demand("sampler.num_actors", cfg.sampler, gpus_exist),
                Demand("verifier.actors", v.actors, {"CPU": v.workers_per_actor, **v.resources}),
-               training_demand("learn.num_cpus", cfg.learn.num_cpus, gpus_exist)]
-    if cfg.mix.enabled:  # SoarLoop.mixtures: a pool per model, one pool's CPUs between them
+               replace(training_demand("learn.num_cpus", cfg.learn.num_cpus, gpus_exist), phase="learn")]
+    if cfg.mix.enabled:  # SoarLoop.mixtures, after all training: a pool per model, one pool's CPUs between them
         models = cfg.iterations + len(cfg.mix.checkpoints)
-        demands.append(pool_demand(f"mix ({models} models: a sampler pool each)",
-                                   mix_pool_config(cfg.sampler, 1 / models), gpus_exist, models * cfg.sampler.num_actors))
+        mix = pool_demand(f"mix ({models} models: a sampler pool each)", mix_pool_config(cfg.sampler, 1 / models),
+                          gpus_exist, models * cfg.sampler.num_actors)
+        demands.append(replace(mix, phase="mix"))
     return demands
 
 

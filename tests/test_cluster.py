@@ -188,6 +188,12 @@ def test_a_job_asking_more_than_the_cluster_has_is_refused_naming_the_field():
         check_capacity(nodes, [Demand("sampler.num_actors", 8, {"CPU": 1.0}), Demand("verifier.actors", 1, {"CPU": 1})])
     with pytest.raises(CapacityError, match=r"^sampler.num_actors: each one needs CPU: 5, which no alive node has"):
         check_capacity(nodes, [Demand("sampler.num_actors", 1, {"CPU": 5.0})])
+    # phases take turns, each beside what is always up: 6 + max(2, 1) fits 8 CPUs, 6 + 3 does not
+    check_capacity(nodes, [Demand("sampler.num_actors", 6, {"CPU": 1.0}), Demand("learn.num_cpus", 1, {"CPU": 2.0}, "learn"),
+                           Demand("mix", 1, {"CPU": 1.0}, "mix")])
+    with pytest.raises(CapacityError, match=r"CPU: 9 at once \(sampler.num_actors: 6 x CPU: 1; mix: 1 x CPU: 3\)"):
+        check_capacity(nodes, [Demand("sampler.num_actors", 6, {"CPU": 1.0}), Demand("learn.num_cpus", 1, {"CPU": 2.0}, "learn"),
+                               Demand("mix", 1, {"CPU": 3.0}, "mix")])
     with pytest.raises(CapacityError, match=r"^verifier.actors: each one needs CPU: 1, gpu_node: 1, which no alive node"):
         check_capacity(nodes, [Demand("verifier.actors", 1, {"CPU": 1.0, "gpu_node": 1})])
 
@@ -202,6 +208,10 @@ def test_the_jobs_demands_are_what_their_pools_and_trainings_reserve():
     check_capacity(one_machine, checks.scaling_demands(load_config("configs/scaling-demo.yaml", scaling.JOB.config_cls),
                                                        False))
     check_capacity(one_machine, checks.tpo_demands(load_config("configs/tpo-demo.yaml", TpoConfig), False))
+    # the mix's pools come up after the last training: the demo with a mix still fits on 2 cores
+    mixed = load_config("configs/soar-demo.yaml", SoarConfig, ["mix.enabled=true"])
+    assert [d.phase for d in checks.soar_demands(mixed, False)] == [None, None, "learn", "mix"]
+    check_capacity(one_machine, checks.soar_demands(mixed, False))
     qwen = load_config("configs/soar-qwen.yaml", SoarConfig)
     with pytest.raises(CapacityError, match="sampler.num_actors"):  # 8 GPU samplers on a CPU machine
         check_capacity(one_machine, checks.soar_demands(qwen, gpus_exist=True))
