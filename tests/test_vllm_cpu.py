@@ -295,3 +295,20 @@ def test_switch_time_is_reported(engine, base):
 
 def test_vllm_engine_class_is_the_registered_one(engine):
     assert isinstance(engine, VLLMEngine)
+
+
+def test_the_sort_free_top_p_samples_what_vllms_sort_samples(engine, base, capfd):
+    """top_p_candidates (search/engines/top_p.py) is installed by vLLM's engine process, which says
+    so, and seeded samples with top-p are those of vLLM's own sort: the masks are the same.
+    8 candidates: most steps of a chat at temperature 1 fall back to the sort for some rows."""
+    fast = make_engine("vllm", checkpoint=base, version="v0", dtype="native", max_model_len=1024, enforce_eager=True,
+                       cpu_kv_cache_gib=SMALL_KV_GIB, gpu_memory_utilization=0.3, top_p_candidates=8)
+    try:
+        assert "top-p among each row's 8 most likely tokens" in "".join(capfd.readouterr())  # vLLM logs to stdout
+        prompts = [CHAT, [{"role": "user", "content": "Name three colours."}]]
+        params = SamplingParams(n=3, temperature=1.0, top_p=0.9, max_tokens=24, seed=7)
+        texts = [[c.text for c in row] for row in fast.generate(prompts, params)]
+        assert texts == [[c.text for c in row] for row in engine.generate(prompts, params)]
+        assert len({t for row in texts for t in row}) > 2  # sampled, not one greedy answer
+    finally:
+        fast.close()

@@ -297,6 +297,21 @@ def test_cpu_reserved_cores_reach_the_engine_process_only_while_it_starts(vllm, 
             VLLMEngine(ckpt, cpu_reserved_cores=bad)
 
 
+def test_top_p_candidates_reach_the_cpu_engine_process_only(vllm, tmp_path, monkeypatch):
+    """The sort-free top-p (search/engines/top_p.py) is installed by the engine process that samples,
+    which reads the number from its environment when vLLM imports ratchet's worker module there."""
+    monkeypatch.delenv("RATCHET_VLLM_TOP_P_CANDIDATES", raising=False)
+    assert VLLMEngine(checkpoint(tmp_path, "g"), top_p_candidates=256).llm.top_p_env is None  # a GPU samples on its own
+    vllm.reset_device("cpu")
+    assert VLLMEngine(checkpoint(tmp_path, "a"), top_p_candidates=256).llm.top_p_env == "256"
+    assert "RATCHET_VLLM_TOP_P_CANDIDATES" not in os.environ  # only while it starts
+    assert VLLMEngine(checkpoint(tmp_path, "b")).llm.top_p_env is None  # vLLM's sort
+    ckpt = checkpoint(tmp_path, "c")
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="top_p_candidates"):
+            VLLMEngine(ckpt, top_p_candidates=bad)
+
+
 def test_gpu_engine_ignores_cpu_reserved_cores(vllm, tmp_path, monkeypatch):
     monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
     assert VLLMEngine(checkpoint(tmp_path, "a"), cpu_reserved_cores=0).llm.start_env == {"VLLM_CPU_NUM_OF_RESERVED_CPU": None}

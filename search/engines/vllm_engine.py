@@ -62,6 +62,8 @@ from common.sampling import (
 )
 from search.engines.base import default_version
 from search.engines.regex_dialect import check_vllm_regex
+from search.engines.top_p import ENV as TOP_P_ENV
+from search.engines.top_p import install as install_top_p
 from search.engines.vllm_setup import (
     DEFAULT_CPU_KV_CACHE_GIB,
     DEFAULT_MEMORY_FRACTION,
@@ -116,6 +118,8 @@ class VLLMEngine:
         swap_weights: bool = True,  # switch versions in place (sleep mode where the platform has it); False: restart
         cpu_kv_cache_gib: float | None = None,  # CPU only: KV cache size; None: $VLLM_CPU_KVCACHE_SPACE, else 1
         cpu_reserved_cores: int | None = None,  # CPU only: cores kept off the model's OpenMP threads; None: vLLM's rule
+        # CPU only: top-p among each row's N most likely tokens, not a sort of the vocabulary (top_p.py)
+        top_p_candidates: int | None = None,
         llm_kwargs: dict[str, Any] | None = None,  # any further vllm.LLM arguments (they win over the above)
     ):
         if gpu_memory_utilization is None:
@@ -131,6 +135,9 @@ class VLLMEngine:
             raise ValueError(f"cpu_kv_cache_gib={cpu_kv_cache_gib} must be > 0 (GiB of RAM for vLLM's KV cache on a CPU)")
         if cpu_reserved_cores is not None and (type(cpu_reserved_cores) is not int or cpu_reserved_cores < 0):
             raise ValueError(f"cpu_reserved_cores={cpu_reserved_cores!r} must be a whole number >= 0 (or None: vLLM's rule)")
+        if top_p_candidates is not None and (type(top_p_candidates) is not int or top_p_candidates < 1):
+            raise ValueError(f"top_p_candidates={top_p_candidates!r} must be a whole number >= 1 (or None: vLLM's sort)")
+        self.top_p_candidates = top_p_candidates
         self.swap_weights = swap_weights
         self.cpu_kv_cache_gib = cpu_kv_cache_gib
         self.cpu_reserved_cores = cpu_reserved_cores
@@ -199,14 +206,19 @@ class VLLMEngine:
 
     def engine_env(self) -> dict[str, str]:
         """Environment variables vLLM's engine process reads at start-up, on this platform."""
-        if self.cpu_reserved_cores is None or platform()[0] != "cpu":
+        if platform()[0] != "cpu":
             return {}
-        return {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(self.cpu_reserved_cores)}
+        env = {} if self.cpu_reserved_cores is None else {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(self.cpu_reserved_cores)}
+        if self.top_p_candidates is not None:
+            env[TOP_P_ENV] = str(self.top_p_candidates)
+        return env
 
     def _start(self, vllm: Any, checkpoint: str) -> None:
         args = self.llm_args()
         with scoped_env(self.engine_env()):  # the engine core is a spawned process: it inherits them
             llm = vllm.LLM(model=checkpoint, **args)
+        if self.top_p_candidates and os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0":
+            install_top_p(self.top_p_candidates)  # the engine core runs in this process, which imported us first
         self.sleep_mode = bool(args["enable_sleep_mode"])
         self.llm, self.tokenizer = llm, llm.get_tokenizer()
         self.context_length = llm.llm_engine.model_config.max_model_len

@@ -33,3 +33,11 @@ class WeightReceiver:
         # it prepares layer-wise loading, runs model.load_weights, and re-processes the weights.
         self.reload_weights(weights_iterator=iter(weights.items()))
         return len(weights)
+
+
+# vLLM imports this module by name in the process that samples (its engine core): the place to
+# swap in the sort-free top-p when the engine was started with top_p_candidates (top_p.py)
+if __name__ != "__main__":
+    from search.engines.top_p import install_from_env
+
+    install_from_env()
