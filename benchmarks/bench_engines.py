@@ -65,6 +65,55 @@ class OnePromptPerCall:
         pass
 
 
+def through_actor(worker: Any, prompts: list[Any], params: SamplingParams, callers: int) -> tuple[float, int]:
+    """`callers` threads (SOAR's tasks in flight) send one prompt per request to one sampler
+    actor's worker, as the pool does; returns (seconds, completion tokens)."""
+    import queue
+    import threading
+
+    todo: queue.Queue = queue.Queue()
+    for p in prompts:
+        todo.put(p)
+    tokens: list[int] = []
+
+    def caller() -> None:
+        while True:
+            try:
+                prompt = todo.get_nowait()
+            except queue.Empty:
+                return
+            rows = worker.generate([prompt], params)
+            tokens.append(sum(c.completion_tokens for row in rows for c in row))
+
+    worker.engine.llm.reset_prefix_cache()
+    started = time.perf_counter()
+    threads = [threading.Thread(target=caller) for _ in range(callers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - started, sum(tokens)
+
+
+def actor_levers(engine: Any, kinds: dict[str, Any], rounds: int, callers: int) -> None:
+    """The same engine behind a sampler actor's worker: requests coalesced into one vLLM call
+    (what the actor does) against one request at a time (what it did), rounds alternating."""
+    from search.sampler_worker import SamplerWorker
+
+    worker = SamplerWorker.around(engine)
+    coalescer = worker._coalescer
+    for kind, (prompts, params) in kinds.items():
+        rates: dict[str, list[float]] = {"one request at a time": [], "coalesced": []}
+        for _ in range(rounds):
+            for name in rates:
+                worker._coalescer = coalescer if name == "coalesced" else None
+                seconds, tokens = through_actor(worker, prompts, params, callers)
+                rates[name].append(tokens / seconds)
+        one, many = (statistics.median(rates[n]) for n in rates)
+        print(f"{kind}: through a sampler actor, {callers} callers, one prompt per request: one request at a time "
+              f"{one:.0f} tok/s, coalesced {many:.0f} tok/s (ratio {many / one:.2f}; batches {coalescer.batches[-8:]})")
+
+
 def checkpoint_parameters(checkpoint: str) -> int:
     """Parameters stored in the checkpoint's safetensors files (tied embeddings once, as the model counts them)."""
     import math
@@ -151,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--soar-n", type=int, default=4, help="samples per SOAR-like prompt")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--levers", action="store_true", help="vLLM's levers one at a time against the configs' vLLM")
+    parser.add_argument("--callers", type=int, default=6, help="--levers: threads sending to one sampler actor")
+    parser.add_argument("--only", nargs="*", default=None, help="--levers: only these levers (names in LEVERS)")
     args = parser.parse_args(argv)
     import torch
 
@@ -164,7 +215,8 @@ def main(argv: list[str] | None = None) -> None:
           f"float32 {peak['float32']:.0f} GFLOP/s")
     vllm_dtype = native_cpu_dtype()
     if args.levers:
-        setups = {"vllm": ("vllm", CONFIGS_VLLM)} | {name: ("vllm", CONFIGS_VLLM | lever) for name, lever in LEVERS.items()}
+        setups = {"vllm": ("vllm", CONFIGS_VLLM)} | {name: ("vllm", CONFIGS_VLLM | lever) for name, lever in LEVERS.items()
+                                                     if args.only is None or name in args.only}
     else:
         vllm_args = CONFIGS_VLLM | {"cpu_reserved_cores": None}  # vLLM's own binding: a core for its scheduler
         setups = {"transformers": ("transformers", {"dtype": args.hf_dtype}), "vllm": ("vllm", vllm_args),
@@ -222,6 +274,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.levers:
             ratios[kind] = base / statistics.median(rates["transformers"])
     if args.levers:
+        actor_levers(engines["vllm"], kinds, args.rounds, args.callers)
         for engine in engines.values():
             engine.close()
         return

@@ -3,6 +3,12 @@
 A plain class, testable without Ray; search/pool.py wraps it in a Ray actor (`SamplerActor`)
 and routes requests to it. It loads checkpoints (files checked against the registry's
 hashes) or weights handed over in memory, generates, counts, and reports its stats.
+
+An engine that can serve several requests in one call (`generate_many`: vLLM) gets them
+together: requests that arrive while it generates wait, and the next call takes all of them
+(one of the waiting threads leads it; the others wait for their results). vLLM decodes their
+sequences in one batch, which on a CPU is 3-5x the throughput of one request at a time
+(docs/vllm-cpu.md). The pool's `max_inflight_per_actor` bounds how many can gather.
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import gc
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +35,70 @@ from store.models import verify_files
 
 # Threads an actor keeps beyond its generate slots, so stats() and load() answer while it works.
 CONTROL_THREADS = 2
+# How often a request waiting for its batch looks whether its caller went away (ray.cancel).
+CANCEL_CHECK_S = 1.0
+# How long a batch's leader waits for more requests before it calls the engine (Ray Serve's
+# batch_wait_timeout_s): callers whose requests just came back send their next ones within it,
+# so they join one call instead of one running alone and the rest after it (bench_engines --levers).
+BATCH_WAIT_S = 0.05
+
+
+@dataclass
+class _Request:
+    """One generate call waiting to be served in a batch."""
+
+    prompts: Sequence[Prompt]
+    params: SamplingParams
+    done: bool = False
+    result: Any = None  # its completions, or the exception to raise in its caller's thread
+
+
+class Coalescer:
+    """Hands the requests that gather while the engine is busy to it in one call.
+
+    The first waiting thread to find the engine free leads: it takes every pending request,
+    calls `run_many` on them outside the lock, and hands each its result. Without Ray threads
+    (plain use) it serves each request alone, as a lock would."""
+
+    def __init__(self, run_many: Callable[[list[_Request]], None], cancelled: Callable[[], bool],
+                 wait_s: float = 0.0):
+        self.run_many = run_many
+        self.cancelled = cancelled
+        self.wait_s = wait_s
+        self._cond = threading.Condition()
+        self._pending: list[_Request] = []
+        self._busy = False
+        self.batches: list[int] = []  # requests per engine call, for stats and tests
+
+    def submit(self, prompts: Sequence[Prompt], params: SamplingParams) -> Any:
+        request = _Request(prompts, params)
+        with self._cond:
+            self._pending.append(request)
+            self._cond.notify_all()  # waiters look again whether their callers went away
+            while self._busy and not request.done:
+                self._cond.wait(CANCEL_CHECK_S)
+                if not request.done and request in self._pending and self.cancelled():
+                    self._pending.remove(request)  # its caller went away before its batch began
+                    raise TaskCancelledError()
+            if not request.done:
+                self._busy = True
+                deadline = time.monotonic() + self.wait_s  # others arriving now join this call
+                while (left := deadline - time.monotonic()) > 0:
+                    self._cond.wait(left)
+                batch, self._pending = self._pending, []
+        if not request.done:  # this thread leads the batch
+            try:
+                self.run_many(batch)
+            finally:
+                with self._cond:
+                    self.batches.append(len(batch))
+                    for r in batch:
+                        r.done = True
+                    self._busy = False
+                    self._cond.notify_all()
+        if isinstance(request.result, BaseException):
+            raise request.result
+        return request.result
 
 
 @dataclass
@@ -38,7 +108,7 @@ class ActorStats:
     busy_s: float  # seconds spent generating
     tokens_generated: int
     requests: int  # generate calls served
-    running: int  # generate calls executing now (0 or 1)
+    running: int  # generate calls executing now (one engine call; several requests where it coalesces them)
     cancelled: int  # generate calls skipped because their caller had gone (ray.cancel) before they began
     queue_depth: int  # requests sent to this actor and not yet answered
     restarts: int  # times this slot's actor was replaced after dying
@@ -53,18 +123,30 @@ class SamplerWorker:
                  files: dict[str, str] | None = None):
         engine_kwargs = resolve_secret_refs(engine_kwargs)  # api_key_env/_file: the key is read here, in the actor
         protect(secret_values(engine_kwargs))  # an endpoint's api_key: never in this actor's log lines
-        self.engine = make_engine(engine, **engine_kwargs)
+        self._attach(make_engine(engine, **engine_kwargs))
+        if checkpoint is not None:
+            verify_files(checkpoint, files or {}, what=f"model version {version}")
+            self.engine.load(checkpoint, version)
+        freeze_heap()
+
+    @classmethod
+    def around(cls, engine: Any) -> SamplerWorker:
+        """A worker around an engine already running (a benchmark's), as the actor would hold it."""
+        worker = cls.__new__(cls)
+        worker._attach(engine)
+        return worker
+
+    def _attach(self, engine: Any) -> None:
+        self.engine = engine
         self._generate_lock = threading.Lock()  # one generation at a time: it uses every core/the GPU
         self._stats_lock = threading.Lock()
+        many = getattr(engine, "generate_many", None)
+        self._coalescer = Coalescer(self._generate_batch, _cancelled, BATCH_WAIT_S) if callable(many) else None
         self.busy_s = 0.0
         self.tokens_generated = 0
         self.requests = 0
         self.running = 0
         self.cancelled = 0
-        if checkpoint is not None:
-            verify_files(checkpoint, files or {}, what=f"model version {version}")
-            self.engine.load(checkpoint, version)
-        freeze_heap()
 
     def ready(self) -> str | None:
         return self.engine.version
@@ -77,28 +159,51 @@ class SamplerWorker:
         return node_id()
 
     def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
-        with self._generate_lock:
-            if _cancelled():  # its caller went away while it waited for the engine: skip it
+        if self._coalescer is not None:
+            try:
+                results = self._coalescer.submit(prompts, params)
+            except TaskCancelledError:
                 with self._stats_lock:
                     self.cancelled += 1
-                raise TaskCancelledError()
-            with self._stats_lock:
-                self.running += 1
-            started = time.perf_counter()
-            try:
-                results = self.engine.generate(prompts, params)
-            except ValueError:  # the caller's mistake (e.g. a prompt too long): its own message
                 raise
-            except Exception as e:  # CUDA out of memory, a dead vLLM engine: this actor is done
-                raise EngineFailed(f"engine {type(self.engine).__name__} failed: {type(e).__name__}: {e}") from e
-            finally:
-                with self._stats_lock:
-                    self.running -= 1
-                    self.busy_s += time.perf_counter() - started
+        else:
+            with self._generate_lock:
+                if _cancelled():  # its caller went away while it waited for the engine: skip it
+                    with self._stats_lock:
+                        self.cancelled += 1
+                    raise TaskCancelledError()
+                results = self._run(lambda: self.engine.generate(prompts, params), 1)
         with self._stats_lock:
             self.requests += 1
             self.tokens_generated += sum(c.completion_tokens for row in results for c in row)
         return results
+
+    def _generate_batch(self, batch: list[_Request]) -> None:
+        """One engine call for the gathered requests; each gets its completions or its own error."""
+        with self._generate_lock:
+            try:
+                outcomes = self._run(lambda: self.engine.generate_many([(r.prompts, r.params) for r in batch]),
+                                     len(batch))
+            except Exception as e:  # the engine failed: every request of the call fails with it
+                outcomes = [e] * len(batch)
+        for r, outcome in zip(batch, outcomes, strict=True):
+            r.result = outcome
+
+    def _run(self, call: Callable[[], Any], requests: int) -> Any:
+        """The engine call with its counters; an engine failure (not a caller's mistake) is EngineFailed."""
+        with self._stats_lock:
+            self.running += requests
+        started = time.perf_counter()
+        try:
+            return call()
+        except ValueError:  # the caller's mistake (e.g. a prompt too long): its own message
+            raise
+        except Exception as e:  # CUDA out of memory, a dead vLLM engine: this actor is done
+            raise EngineFailed(f"engine {type(self.engine).__name__} failed: {type(e).__name__}: {e}") from e
+        finally:
+            with self._stats_lock:
+                self.running -= requests
+                self.busy_s += time.perf_counter() - started
 
     def load(self, checkpoint: str, version: str | None, files: dict[str, str] | None = None) -> str | None:
         """Switch to `checkpoint`, once its files match the hashes its version was published with."""

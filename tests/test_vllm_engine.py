@@ -600,4 +600,34 @@ def test_vllm_configs_differ_from_their_transformers_twins_only_in_the_sampler(n
     sampler, plain_sampler = vllm_cfg.pop("sampler"), plain.pop("sampler")
     assert vllm_cfg == plain and sampler.pop("engine") == "vllm"
     assert set(sampler.pop("engine_kwargs")) <= set(inspect.signature(VLLMEngine).parameters)
+    sampler.pop("max_inflight_per_actor", None)  # vLLM takes the requests in flight in one call: more may gather
     assert sampler == {k: v for k, v in plain_sampler.items() if k not in ("engine", "engine_kwargs")}
+
+
+def test_several_requests_go_to_vllm_in_one_call_each_with_its_own_params_and_errors(engine):
+    """generate_many: one LLM.generate for all, each request's seeds and n as generate() gives
+    them alone; a request too long for the context fails alone."""
+    a = (["map 1 =>", "map 2 =>"], SamplingParams(n=2, temperature=1.0, max_tokens=8, seed=3))
+    b = (["map 3 =>"], SamplingParams(n=3, temperature=0.0, max_tokens=4))
+    too_long = (["x " * 80], SamplingParams(max_tokens=8))
+    calls = engine.llm.generate_calls
+    together = engine.generate_many([a, too_long, b])
+    assert engine.llm.generate_calls == calls + 1
+    assert isinstance(together[1], ContextLengthError)
+    alone = [engine.generate(*a), engine.generate(*b)]
+    assert [[[c.text for c in row] for row in r] for r in (together[0], together[2])] == \
+        [[[c.text for c in row] for row in r] for r in alone]
+    assert [len(row) for row in together[2]] == [3] and len({c.text for c in together[2][0]}) == 1  # greedy, copied
+    assert engine.generate_many([too_long])[0].__class__ is ContextLengthError
+    assert engine.llm.generate_calls == calls + 3  # the all-mistakes call did not reach vLLM
+
+
+def test_the_sampler_actor_hands_vllm_its_requests_through_the_coalescer(vllm, tmp_path):
+    from search.sampler_worker import SamplerWorker
+
+    worker = SamplerWorker("vllm", {"gpu_memory_utilization": 0.85}, checkpoint(tmp_path, "v0"), "v0")
+    rows = worker.generate(["map 1 =>"], SamplingParams(n=2, temperature=1.0, max_tokens=8, seed=1))
+    with pytest.raises(ContextLengthError):
+        worker.generate(["x " * 80], SamplingParams(max_tokens=8))
+    assert [len(r) for r in rows] == [2] and worker._coalescer.batches == [1, 1]
+    assert worker.stats()["requests"] == 1 and worker.stats()["running"] == 0

@@ -123,6 +123,7 @@ class LLM:
             self._extension = getattr(importlib.import_module(module), name)
         self.calls: list[tuple] = []  # every sleep/wake_up/collective_rpc/reset_prefix_cache call
         self.requests: list[tuple[Any, SamplingParams]] = []  # every (prompt, params) generated
+        self.generate_calls = 0  # LLM.generate calls (a batch of requests is one)
         self.llm_engine = _LLMEngine(self, ModelConfig(model, max_model_len or int(config["max_position_embeddings"])))
 
     def get_tokenizer(self) -> FakeTokenizer:
@@ -190,6 +191,7 @@ class LLM:
             raise RuntimeError("engine is shut down")
         if self._sleeping or self._weights is None:
             raise RuntimeError(f"engine is sleeping ({sorted(self._sleeping)}): wake_up() first")
+        self.generate_calls += 1
         prompts = [prompts] if isinstance(prompts, (str, dict)) else list(prompts)
         if sampling_params is None:
             sampling_params = SamplingParams()
