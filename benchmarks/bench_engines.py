@@ -4,6 +4,8 @@ against the matmul peak of the same cores.
     .venv-vllm/bin/python -m benchmarks bench_engines     # make setup-vllm first; ~12 min on 2 cores
     .venv-vllm/bin/python -m benchmarks.bench_engines --rounds 3 --hf-dtype bfloat16
     .venv-vllm/bin/python -m benchmarks.bench_engines --levers     # vLLM's levers, one at a time
+    .venv-vllm/bin/python -m benchmarks.bench_engines --levers --only "top-p among 256 candidates" \
+        --anchors --per-task 1 --rounds 1                   # other CPU engines (benchmarks/anchors.py)
 
 First a bfloat16 and a float32 matmul probe on every core of this process (the peak). Then two
 kinds of request, each sent to every engine in one process, rounds alternating so that
@@ -161,7 +163,7 @@ def matmul_peak(dtype: Any, size: int = 1024, reps: int = 20) -> float:
 
 
 def timed(engine: Any, prompts: list[Any], params: SamplingParams) -> tuple[float, int]:
-    if hasattr(engine, "llm"):  # vLLM: no prefill cached by an earlier round
+    if getattr(engine, "llm", None) is not None:  # vLLM: no prefill cached by an earlier round
         engine.llm.reset_prefix_cache()
     started = time.perf_counter()
     rows = engine.generate(prompts, params)
@@ -201,11 +203,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--levers", action="store_true", help="vLLM's levers one at a time against the configs' vLLM")
     parser.add_argument("--callers", type=int, default=6, help="--levers: threads sending to one sampler actor")
+    from benchmarks.anchors import ANCHORS
+
+    parser.add_argument("--anchors", nargs="*", default=None, choices=list(ANCHORS),
+                        help="other CPU engines beside vLLM, as --levers (benchmarks/anchors.py; none named: all)")
     parser.add_argument("--only", nargs="*", default=None, help="--levers: only these levers (names in LEVERS)")
     args = parser.parse_args(argv)
+    args.levers = args.levers or args.anchors is not None  # anchors run beside the levers' vLLM
     import torch
 
-    from search.engines.vllm_engine import _import_vllm, native_cpu_dtype
+    from search.engines.vllm_setup import _import_vllm, native_cpu_dtype
     from training.pretrained import resolve_checkpoint
 
     _import_vllm()  # fail at once, with the set-up command, where vLLM is missing
@@ -234,12 +241,19 @@ def main(argv: list[str] | None = None) -> None:
             continue
         start_s[name] = time.perf_counter() - started
     if args.levers:
-        engines["one prompt per call"] = OnePromptPerCall(engines["vllm"])
         params_count = checkpoint_parameters(checkpoint)
+    if args.levers and args.anchors is not None:
+        for name in args.anchors or list(ANCHORS):
+            started = time.perf_counter()
+            engines[name] = ANCHORS[name](checkpoint)
+            start_s[name] = time.perf_counter() - started
+    elif args.levers:
+        engines["one prompt per call"] = OnePromptPerCall(engines["vllm"])
     else:
         params_count = sum(p.numel() for p in engines["transformers"].model.parameters())
     hf_dtype = str(engines["transformers"].model.dtype).removeprefix("torch.") if "transformers" in engines else ""
-    computes_in = {name: hf_dtype if name == "transformers" else vllm_dtype for name in engines}
+    computes_in = {name: hf_dtype if name == "transformers" else getattr(engine, "peak_dtype", vllm_dtype)
+                   for name, engine in engines.items()}
     kinds = {
         "soar": (soar_prompts(args.per_task),
                  SamplingParams(n=args.soar_n, temperature=1.0, min_p=0.05, max_tokens=args.max_tokens, seed=0)),
@@ -274,7 +288,8 @@ def main(argv: list[str] | None = None) -> None:
         if not args.levers:
             ratios[kind] = base / statistics.median(rates["transformers"])
     if args.levers:
-        actor_levers(engines["vllm"], kinds, args.rounds, args.callers)
+        if args.anchors is None:
+            actor_levers(engines["vllm"], kinds, args.rounds, args.callers)
         for engine in engines.values():
             engine.close()
         return
