@@ -92,6 +92,9 @@ TARGETS = {
                           "'tests/test_embedded.py::test_shipped_model_matches_its_recipe[smollm2-arc-lora]'",
                           skip=("train_adapter", "build_embedded")),  # trainings: test_soar_searches builds one
     "model_mix": Target("evolution/model_mix.py", "tests/test_model_mix.py"),
+    # the mask's arithmetic; install() patches vLLM, which only .venv-vllm has (tests/test_vllm_cpu.py)
+    "top_p": Target("search/engines/top_p.py", "tests/test_top_p.py", skip=("install", "install_from_env")),
+    "coalescer": Target("search/sampler_worker.py", "tests/test_coalescer.py", only=("BATCH_WAIT_S", "_Request", "Coalescer")),
 }
 
 

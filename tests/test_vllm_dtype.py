@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from search.engines import vllm_engine
-from search.engines.vllm_engine import VLLMEngine, native_cpu_dtype
+from search.engines.vllm_engine import VLLMEngine
+from search.engines.vllm_setup import native_cpu_dtype
 
 AVX2 = "processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n"
 AVX512_BF16 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n"

@@ -56,7 +56,6 @@ from common.sampling import (
     Completion,
     Prompt,
     SamplingParams,
-    check_counts,
     context_error,
     render_prompt,
 )
@@ -64,14 +63,17 @@ from search.engines.base import default_version
 from search.engines.regex_dialect import check_vllm_regex
 from search.engines.top_p import ENV as TOP_P_ENV
 from search.engines.top_p import install as install_top_p
+from search.engines.vllm_outputs import completions
 from search.engines.vllm_setup import (
     DEFAULT_CPU_KV_CACHE_GIB,
     DEFAULT_MEMORY_FRACTION,
     GREEDY_BELOW,
+    NATIVE,
     _fingerprint,
     _import_vllm,
     actor_gpu_share,
     extra_eos_ids,
+    native_cpu_dtype,
     platform,
     request_seed,
     scoped_env,
@@ -81,22 +83,6 @@ from search.engines.vllm_worker import EXTENSION, METHOD
 __all__ = ["VLLMEngine", "_import_vllm", "actor_gpu_share", "platform", "request_seed"]
 
 log = logging.getLogger(__name__)
-
-NATIVE = "native"  # dtype: the fastest this device computes natively (native_cpu_dtype on a CPU)
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of CPUs with bfloat16 matmul instructions
-
-
-def native_cpu_dtype(cpuinfo: str | None = None) -> str:
-    """bfloat16 where the CPU has bf16 matmul instructions, else float32 (without them torch converts
-    every bf16 operand, and vLLM's CPU kernels run several times slower than in float32)."""
-    if cpuinfo is None:
-        try:
-            cpuinfo = Path("/proc/cpuinfo").read_text()
-        except OSError:  # not Linux: no flags to read, so the dtype every CPU computes
-            return "float32"
-    flags = set(next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), []))
-    return "bfloat16" if flags & set(BF16_FLAGS) else "float32"
-
 
 class VLLMEngine:
     def __init__(
@@ -397,7 +383,7 @@ class VLLMEngine:
             if isinstance(p, Exception):
                 results.append(p)
                 continue
-            results.append(self._completions([next(outputs) for _ in prompts], params))
+            results.append(completions([next(outputs) for _ in prompts], params, self.version, self.tokenizer))
         return results
 
     def _prepare(self, vllm: Any, prompts: Sequence[Prompt], params: SamplingParams) -> tuple[list[Any], list[Any]]:
@@ -419,46 +405,3 @@ class VLLMEngine:
             for p, text in zip(prompts, texts, strict=True)
         ]
         return inputs, per_prompt
-
-    def _completions(self, outputs: list[Any], params: SamplingParams) -> list[list[Completion]]:
-        results = [
-            [
-                Completion(
-                    text=o.text, finish_reason=_finish_reason(o.finish_reason, i),
-                    prompt_tokens=len(out.prompt_token_ids), completion_tokens=len(o.token_ids),
-                    model_version=self.version, logprobs=self._logprobs(o, params.logprobs),
-                )
-                for o in out.outputs
-            ]
-            for i, out in enumerate(outputs)
-        ]
-        if params.temperature < GREEDY_BELOW:
-            results = [[row[0]] + [Completion(**row[0].to_dict()) for _ in range(params.n - 1)] for row in results]
-        check_counts(results, len(outputs), params.n, "vllm engine")
-        return results
-
-    def _logprobs(self, output: Any, k: int | None) -> list[dict[str, Any]] | None:
-        """vLLM's per-token {token id: Logprob} (the k most likely plus the sampled token, each
-        with its rank) -> Completion.logprobs' entries, top ones in rank order."""
-        if k is None or output.logprobs is None:
-            return None
-
-        def entry(token_id: int, lp: Any) -> dict[str, Any]:
-            text = lp.decoded_token if lp.decoded_token is not None else self.tokenizer.decode([token_id])
-            return {"token": text, "logprob": float(lp.logprob), "bytes": list(text.encode("utf-8"))}
-
-        entries = []
-        for token_id, candidates in zip(output.token_ids, output.logprobs, strict=True):
-            top = sorted(((t, lp) for t, lp in candidates.items() if lp.rank is not None and lp.rank <= k),
-                         key=lambda item: item[1].rank)
-            entries.append(entry(token_id, candidates[token_id]) | {"top_logprobs": [entry(t, lp) for t, lp in top]})
-        return entries
-
-
-def _finish_reason(reason: str | None, prompt_index: int) -> str:
-    if reason in ("stop", "length"):
-        return reason
-    raise RuntimeError(
-        f"vLLM finished a sample of prompt {prompt_index} with finish_reason={reason!r} (not stop or length): "
-        "the request was aborted or failed inside the engine; see vLLM's log, then retry the call"
-    )

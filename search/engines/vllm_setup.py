@@ -1,5 +1,5 @@
 """What the vLLM engine needs before and around an engine: the lazy import, what the platform
-offers, the GPU share, per-prompt seeds, a checkpoint's extra EOS ids and its swap fingerprint
+offers, the dtype a CPU computes natively, the GPU share, per-prompt seeds, a checkpoint's extra EOS ids and its swap fingerprint
 (search/engines/vllm_engine.py says why each exists)."""
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+NATIVE = "native"  # dtype: the fastest this device computes natively (native_cpu_dtype on a CPU)
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of CPUs with bfloat16 matmul instructions
 GREEDY_BELOW = 1e-5  # vLLM samples greedily below this temperature, and then requires n=1
 DEFAULT_MEMORY_FRACTION = 0.85  # of the actor's share of the GPU, when gpu_memory_utilization is not given
 # config.json keys that may differ between two checkpoints whose weights are swappable in place
@@ -114,3 +116,15 @@ def scoped_env(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def native_cpu_dtype(cpuinfo: str | None = None) -> str:
+    """bfloat16 where the CPU has bf16 matmul instructions, else float32 (without them torch converts
+    every bf16 operand, and vLLM's CPU kernels run several times slower than in float32)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:  # not Linux: no flags to read, so the dtype every CPU computes
+            return "float32"
+    flags = set(next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), []))
+    return "bfloat16" if flags & set(BF16_FLAGS) else "float32"
