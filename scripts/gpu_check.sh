@@ -27,7 +27,7 @@ export RATCHET_TEST_MODELS=${RATCHET_TEST_MODELS:-$HOME/.cache/ratchet/test-mode
 
 echo "== gpu-marked tests"
 set +e
-$PY -m pytest -m gpu tests/test_vllm_engine.py -q -rA -s -p no:cacheprovider 2>&1 | tee "$OUT/pytest.txt"
+$PY -m pytest -m gpu tests/test_vllm_gpu.py -q -rA -s -p no:cacheprovider 2>&1 | tee "$OUT/pytest.txt"
 tests_rc=${PIPESTATUS[0]}
 echo "== real-model vLLM tests (SmolLM2)"
 $PY -m training.pretrained fetch smollm2-135m-instruct
