@@ -1,5 +1,6 @@
 """The stand-in of vLLM's API (tests/fake_vllm) for the vLLM engine's tests, on machines
-without vLLM: imported fresh for each test, and checkpoint directories it loads."""
+without vLLM: imported fresh for each test, checkpoint directories it loads, and the fixtures
+`vllm`, `engine` (a GPU engine) and `cpu_engine` (tests/conftest.py registers them)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import pytest
 FAKE_VLLM = Path(__file__).parent / "fake_vllm"
 
 
-def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    """The stand-in `vllm` package, imported fresh, with an empty fake GPU (a fixture's body)."""
+@pytest.fixture
+def vllm(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """The stand-in `vllm` package, imported fresh, with an empty fake GPU."""
     saved = {k: sys.modules.pop(k) for k in list(sys.modules) if k == "vllm" or k.startswith("vllm.")}
     monkeypatch.syspath_prepend(str(FAKE_VLLM))
     import vllm as fake
@@ -41,3 +43,19 @@ def checkpoint(root: Path, tag: str, *, layers: int = 2, finish_reason: str = "s
     if weights:
         (path / "fake_weights.json").write_text(json.dumps({"tag": tag, "finish_reason": finish_reason}))
     return str(path)
+
+
+@pytest.fixture
+def engine(vllm, tmp_path):
+    from search.engines.vllm_engine import VLLMEngine
+
+    return VLLMEngine(checkpoint(tmp_path, "v0"), version="v0", gpu_memory_utilization=0.85)
+
+
+@pytest.fixture
+def cpu_engine(vllm, tmp_path, monkeypatch):
+    from search.engines.vllm_engine import VLLMEngine
+
+    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
+    vllm.reset_device("cpu")
+    return VLLMEngine(checkpoint(tmp_path, "v0"), version="v0")

@@ -13,6 +13,8 @@ from store import Store
 from store.connection import ENV_URL
 from store.server import LocalServer, ensure_local_server, stop_local_server
 
+pytest_plugins = ["_vllm_stand_in"]  # the vLLM stand-in's fixtures, for tests/test_vllm_*.py
+
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:

@@ -10,22 +10,11 @@ import inspect
 from pathlib import Path
 
 import pytest
-from _vllm_stand_in import checkpoint, stand_in
+from _vllm_stand_in import checkpoint
 
 from common.sampling import ContextLengthError, SamplingParams
 from search.engines import make_engine
 from search.engines.vllm_engine import VLLMEngine, request_seed
-
-
-@pytest.fixture
-def vllm(monkeypatch):
-    yield from stand_in(monkeypatch)
-
-
-@pytest.fixture
-def engine(vllm, tmp_path):
-    return VLLMEngine(checkpoint(tmp_path, "v0"), version="v0", gpu_memory_utilization=0.85)
-
 
 # --- requests -------------------------------------------------------------------------
 

@@ -10,28 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from _vllm_stand_in import FAKE_VLLM, checkpoint, stand_in
+from _vllm_stand_in import FAKE_VLLM, checkpoint
 
 from common.sampling import SamplingParams
 from search.engines.vllm_engine import VLLMEngine, actor_gpu_share
-
-
-@pytest.fixture
-def vllm(monkeypatch):
-    yield from stand_in(monkeypatch)
-
-
-@pytest.fixture
-def engine(vllm, tmp_path):
-    return VLLMEngine(checkpoint(tmp_path, "v0"), version="v0", gpu_memory_utilization=0.85)
-
-
-@pytest.fixture
-def cpu_engine(vllm, tmp_path, monkeypatch):
-    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
-    vllm.reset_device("cpu")
-    return VLLMEngine(checkpoint(tmp_path, "v0"), version="v0")
-
 
 # --- platforms without sleep mode (vLLM's CPU platform) ---------------------------
 

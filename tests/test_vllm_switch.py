@@ -7,28 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _vllm_stand_in import checkpoint, stand_in
+from _vllm_stand_in import checkpoint
 
 from common.sampling import SamplingParams
 from search.engines.vllm_engine import VLLMEngine
-
-
-@pytest.fixture
-def vllm(monkeypatch):
-    yield from stand_in(monkeypatch)
-
-
-@pytest.fixture
-def engine(vllm, tmp_path):
-    return VLLMEngine(checkpoint(tmp_path, "v0"), version="v0", gpu_memory_utilization=0.85)
-
-
-@pytest.fixture
-def cpu_engine(vllm, tmp_path, monkeypatch):
-    monkeypatch.delenv("VLLM_CPU_KVCACHE_SPACE", raising=False)
-    vllm.reset_device("cpu")
-    return VLLMEngine(checkpoint(tmp_path, "v0"), version="v0")
-
 
 # --- loading -------------------------------------------------------------------------
 
