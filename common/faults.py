@@ -20,6 +20,11 @@ from __future__ import annotations
 import asyncio
 
 
+class CannotContinue(RuntimeError):  # noqa: N818 (a verdict on the run, like StopIteration)
+    """The work cannot go on for a reason its user must fix (its data, its judge, its prompt): the
+    job says so in one line, without a traceback; the same command resumes after the fix."""
+
+
 class InfrastructureError(RuntimeError):
     """The machine failed, not the work: retry elsewhere; never record it as a result."""
 

@@ -94,8 +94,9 @@ def setup_logging(level: str | int | None = None, secrets: Iterable[str] = ()) -
     for handler in root.handlers:  # the console keeps this level when a run log takes ratchet's DEBUG lines
         if isinstance(handler, ConsoleHandler):
             handler.setLevel(root.level)
-    for noisy in ("httpx", "urllib3", "filelock"):  # one line per HTTP request / lock: not a job's story
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # one line per HTTP request (the openai SDK's httpx or httpx2) or lock: shown only at DEBUG
+    for noisy in ("httpx", "httpx2", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.DEBUG if root.level <= logging.DEBUG else logging.WARNING)
     logging.captureWarnings(True)  # a library's FutureWarning as a log line, not a raw stderr write
     quiet_library_bars()
     return protect([*env_secrets(), *secrets])

@@ -149,9 +149,12 @@ def scaling_shared_paths(cfg: Any) -> dict[str, str]:
 
 # --- TPO --------------------------------------------------------------------------------------
 def check_tpo(cfg: Any) -> None:
+    from thinking.judging import check_judge
+
     need_checkpoint("model.checkpoint", cfg.model.checkpoint)
     if cfg.judge.checkpoint:
         need_checkpoint("judge.checkpoint", cfg.judge.checkpoint)
+    check_judge(cfg.judge)  # imports an own judge class; its kwargs against its constructor
     need_callable("instructions", cfg.instructions)
 
 
@@ -203,7 +206,9 @@ def scaling_demands(cfg: Any, gpus_exist: bool) -> list[Demand]:
 
 
 def tpo_demands(cfg: Any, gpus_exist: bool) -> list[Demand]:
+    from thinking.judging import judge_pool_needed
+
     demands = [pool_demand("sampler.num_actors", cfg.sampler, gpus_exist)]
-    if cfg.judge.kind == "pairwise" and cfg.judge.engine == "pool":  # ray_jobs.tpo.make_judge: one actor
+    if judge_pool_needed(cfg.judge):  # thinking.judging.make_judge: one actor
         demands.append(pool_demand("judge (a pairwise judge's pool: 1 x sampler.*)", cfg.sampler, gpus_exist, 1))
     return demands + [training_demand("train.num_cpus (the DPO task)", cfg.train.num_cpus, gpus_exist)]

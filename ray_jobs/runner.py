@@ -52,6 +52,7 @@ from common.config import (
     secret_values,
     to_dict,
 )
+from common.faults import CannotContinue
 from common.fieldhelp import describe_fields
 from common.logs import add_run_log, protect, ray_runtime_env, remove_run_log, setup_logging
 from common.placement import LEDGER, Demand, check_capacity
@@ -315,6 +316,9 @@ def main(spec: JobSpec[C], argv: list[str] | None = None) -> dict[str, Any]:
         if ray.is_initialized():
             ray.shutdown()
         raise SystemExit(stop.exit_code) from None
+    except CannotContinue as e:  # the work's own dead end (no usable verdicts, ...): what to fix, one line
+        log.error("%s job failed: %s", spec.workload, e)
+        raise SystemExit(1) from None
     except Exception:
         # through the redacting log handlers: Python's own printer would write the error (and
         # a secret in its message) to stderr, the `ray job logs` of the job, unfiltered

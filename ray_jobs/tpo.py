@@ -17,7 +17,6 @@ report.md and iterations.png.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -28,42 +27,14 @@ from ray_jobs import checks, runner
 from search.pool import SamplerPool, planned_path
 from thinking import report
 from thinking.config import TpoConfig
+from thinking.judging import make_judge, resolve
 from thinking.loop import TpoLoop
 from thinking.state import TpoState
-from training import pretrained
-from training.checkpoints import clean_scratch, discard_unpublished, is_chat_model
+from training.checkpoints import clean_scratch, discard_unpublished
 from training.common import lora_args
 from training.dpo import DPOJobConfig, train_dpo_remote
-from verifiers.judges import make_judge as build
-from verifiers.judges.pairwise import CHOICE_REGEX
 
 log = logging.getLogger(__name__)
-
-
-def resolve(path: str) -> str:
-    """Absolute checkpoint path (Ray workers do not run in the driver's directory); a
-    `pretrained:<name>` is fetched (once) and converted."""
-    p = Path(pretrained.resolve_checkpoint(path))
-    return str(p.resolve()) if p.exists() else path
-
-
-def make_judge(cfg: TpoConfig):
-
-    j = cfg.judge
-    if j.kind == "reward_model":
-        return build("reward_model", checkpoint=resolve(j.checkpoint), **j.kwargs), None
-    if j.kind == "pairwise" and j.engine == "openai":
-        from search.engines.openai_engine import OpenAIEngine
-
-        engine = OpenAIEngine(j.base_url, model=j.model or None, api_key=os.environ.get("OPENAI_API_KEY"))
-        return build("pairwise", generate=engine.agenerate, **j.kwargs), None
-    if j.kind == "pairwise":
-        checkpoint = resolve(j.checkpoint)
-        pool = SamplerPool(replace(cfg.sampler, num_actors=1, experiment=None), checkpoint=checkpoint)
-        # its own pool constrains the verdict to one letter; a chat judge is asked through its template
-        kwargs = {"chat": is_chat_model(checkpoint), "regex": CHOICE_REGEX} | j.kwargs
-        return build("pairwise", generate=pool.generate, **kwargs), pool
-    return build("programmatic", **j.kwargs), None
 
 
 def dpo_loss(sft_weight: float) -> dict[str, Any]:

@@ -43,6 +43,20 @@ def test_setup_is_idempotent_and_covers_handlers_added_before_it():
         root.removeHandler(early)
 
 
+def test_http_request_lines_show_only_at_debug():
+    """The openai SDK's client (httpx2 in its newer releases) logged every request at INFO: a TPO
+    job with a served judge printed one line per verdict batch."""
+    root = logging.getLogger()
+    before = root.level
+    try:
+        logs.setup_logging("INFO")
+        assert not any(logging.getLogger(n).isEnabledFor(logging.INFO) for n in ("httpx", "httpx2"))
+        logs.setup_logging("DEBUG")
+        assert all(logging.getLogger(n).isEnabledFor(logging.DEBUG) for n in ("httpx", "httpx2"))
+    finally:
+        logs.setup_logging(logging.getLevelName(before))
+
+
 def test_a_sampler_actor_blanks_its_engines_api_key_in_its_own_logs(capsys):
     """SamplerWorker runs inside the actor: its engine's key joins that process's filter."""
     from search.pool import SamplerWorker

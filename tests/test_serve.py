@@ -368,6 +368,18 @@ def test_chat_search_extension_answers_with_the_selected_candidate(service):
     assert bad.status_code == 400 and "search.k" in bad.json()["error"]["message"]
 
 
+def test_a_pairwise_judge_over_the_service_gets_a_letter_for_every_comparison(service):
+    """TPO's served judge (judge.engine=openai): with judge.kwargs.regex the service constrains
+    each verdict to A or B, so none is unparsable, whatever the model would have written."""
+    from verifiers.judges import JudgeItem
+    from verifiers.judges.pairwise import CHOICE_REGEX, PairwiseJudge
+
+    judge = PairwiseJudge(OpenAIEngine(service, api_key=KEY).agenerate, regex=CHOICE_REGEX)
+    items = [JudgeItem("map 3 1 4 =>", r, group="g") for r in ("4 2 5", "9", "4 2 5 1")]
+    verdicts = asyncio.run(judge.score(items))
+    assert [(v.ok, v.detail["unparsable"], v.detail["comparisons"]) for v in verdicts] == [(True, 0, 4)] * 3
+
+
 def _stats(service: str) -> list[dict]:
     return httpx.get(service.removesuffix("/v1") + "/stats", headers=AUTH).json()["actors"]
 

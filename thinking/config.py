@@ -9,6 +9,7 @@ from common.tracking import TrackingConfig
 from search.pool import PoolConfig
 from thinking.pairs import PairsConfig
 from thinking.prompts import DirectPromptConfig, ThoughtPromptConfig
+from verifiers.judges.registry import EXAMPLE, JUDGES, known_kind
 
 
 @dataclass
@@ -35,14 +36,20 @@ class SampleConfig:
 
 @dataclass
 class JudgeConfig:
-    kind: Literal["programmatic", "reward_model", "pairwise"] = "programmatic"  # verifiers.judges name
+    # programmatic, reward_model, pairwise, or your own judge class as module:Class (docs/tpo.md)
+    kind: str = "programmatic"
     checkpoint: str = ""  # reward_model: a sequence-classification checkpoint; pairwise+pool: the judge LLM
-    engine: Literal["pool", "openai"] = "pool"  # pairwise: a judge pool of its own, or an endpoint
-    base_url: str = ""  # pairwise + openai: the endpoint (key from $OPENAI_API_KEY, never the config)
-    model: str = ""  # pairwise + openai: the served model name
-    kwargs: dict[str, Any] = field(default_factory=dict)  # extra judge arguments (mode, template, ...)
+    # pairwise (or an own judge taking `generate`): a judge pool of its own, or an endpoint
+    engine: Literal["pool", "openai"] = "pool"
+    base_url: str = ""  # engine openai: the endpoint (key from $OPENAI_API_KEY, never the config)
+    model: str = ""  # engine openai: the served model name ("" = the server's first)
+    # the judge's own arguments, checked against its constructor's type hints (docs/tpo.md lists them)
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
+        if not known_kind(self.kind):
+            raise ValueError(f"judge.kind={self.kind!r} is unknown; choose one of {sorted(JUDGES)} or name your "
+                             f"own judge class as module:Class (e.g. {EXAMPLE})")
         if self.kind == "reward_model" and not self.checkpoint:
             raise ValueError("judge.checkpoint is empty: a reward_model judge needs a sequence-classification "
                              "checkpoint dir")

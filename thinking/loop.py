@@ -24,12 +24,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from common import fmt
+from common.faults import CannotContinue
 from common.progress import progress
 from common.sampling import Completion, Prompt, SamplingParams
 from common.tracking import Tracker
 from search.pool import Switch
 from thinking.config import TpoConfig
-from thinking.pairs import Group, Sample, build_pairs, choose_rho, trl_rows
+from thinking.pairs import Group, Sample, build_pairs, choose_rho, no_rows_reason, trl_rows
 from thinking.prompts import DirectPrompt, ThoughtPrompt
 from thinking.state import TpoState
 from verifiers.judges import Judge, JudgeItem
@@ -205,12 +206,7 @@ class TpoLoop:
             return found
         rows = trl_rows(pairs, self.cfg.pairs.divergence_words)  # windows may drop pairs that do not differ
         if not rows:  # never publish the untouched start model under a trained version's name
-            raise RuntimeError(
-                f"[{arm} it{iteration}] no DPO rows: {counts.get('pairs', len(pairs))} pairs, "
-                f"{counts.get('ties', 0)} tied groups, {counts.get('unparsable_candidates', 0)} unparsable outputs"
-                f"{' (pairs.divergence_words dropped pairs whose windows do not differ)' if pairs else ''}; "
-                "nothing to train on. Check that the model writes both markers (prompt.style, "
-                "prompt.prefill_thought_marker), raise sample.k or sample.temperature, or change the judge")
+            raise CannotContinue(no_rows_reason(counts, f"[{arm} it{iteration}]", windows_dropped=bool(pairs)))
         checkpoint, metrics, weights = await self.train_fn(rows, start, arm, iteration)
         new = self.models.publish(checkpoint, parent=start.version, metrics=metrics | counts, note=note)
         if weights is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,13 +149,38 @@ def build_pairs(groups: list[Group], rho: float, cfg: PairsConfig) -> tuple[list
         best = max(scored, key=lambda s: s.score)
         extra.append({"prompt": g.prompt, "chosen": best.completion, "rejected": bad[0].completion,
                       "instruction_id": g.instruction_id, "kind": "unparsable"})
+    judged = [s for g in groups for s in g.samples if s.parsed]
+    failed = Counter(s.judge_error.removeprefix("judge: ") or "no score" for s in judged if s.score is None)
     counts = {
         "pairs": len(pairs) + len(extra), "scored_pairs": len(pairs), "unparsable_pairs": len(extra),
-        "unparsable_candidates": candidates, "ties": ties, "rho": rho,
+        "unparsable_candidates": candidates, "ties": ties, "rho": rho, "groups": len(groups),
+        "judged": len(judged), "judge_failed": sum(failed.values()), "judge_errors": dict(failed),
         "chosen_len": float(np.mean(chosen_len)) if chosen_len else None,
         "rejected_len": float(np.mean(rejected_len)) if rejected_len else None,
     }
     return pairs + extra, counts
+
+
+def no_rows_reason(counts: dict[str, Any], where: str, windows_dropped: bool) -> str:
+    """Why a round has nothing to train on, blaming the judge when its verdicts were the problem
+    (every verdict failed, or every group tied) and the policy's outputs otherwise."""
+    judged, failed, ties = counts.get("judged", 0), counts.get("judge_failed", 0), counts.get("ties", 0)
+    if judged and failed == judged:
+        errors = ", ".join(f"{e}: {n}" for e, n in sorted(counts.get("judge_errors", {}).items()))
+        return (f"{where} the judge gave no usable verdict: {failed} of {judged} judged responses failed ({errors}); "
+                f"{ties} tied groups. Check the judge (judge.kind, judge.kwargs: a pairwise judge's template and "
+                "regex, docs/tpo.md) and, for a served judge, that the server answers with a verdict; then start a "
+                "new experiment (this one stored the failed verdicts)")
+    if judged and ties and not counts.get("scored_pairs"):
+        return (f"{where} the judge scored every response of each instruction alike: {ties} tied groups of "
+                f"{counts.get('groups')}, {failed} of {judged} verdicts failed; nothing to prefer (a pairwise judge that "
+                "always picks the same position ties every pair: it is asked both orders). Use a judge that "
+                "separates responses, or raise sample.k or sample.temperature for more varied ones")
+    return (f"{where} no DPO rows: {counts.get('pairs', 0)} pairs, {ties} tied groups, "
+            f"{counts.get('unparsable_candidates', 0)} unparsable outputs, {failed} of {judged} verdicts failed"
+            f"{' (pairs.divergence_words dropped pairs whose windows do not differ)' if windows_dropped else ''}; "
+            "nothing to train on. Check that the model writes both markers (prompt.style, "
+            "prompt.prefill_thought_marker), raise sample.k or sample.temperature, or change the judge")
 
 
 def at_divergence(prompt: str, chosen: str, rejected: str, words: int) -> tuple[str, str, str] | None:

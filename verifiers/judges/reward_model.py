@@ -44,6 +44,7 @@ def render(tokenizer, item: JudgeItem) -> str:
 
 class RewardModelJudge:
     name = "reward_model"
+    check_checkpoint = staticmethod(check_classifier)  # thinking.judging asks it at --dry-run
 
     def __init__(self, checkpoint: str, batch_size: int = 16, max_length: int = 1024):
         check_classifier(checkpoint)
