@@ -65,8 +65,9 @@ def comparisons(entries: list[dict[str, Any]], baselines: dict[str, Any] | None)
     return out
 
 
-def comparison_lines(comps: dict[str, Any], iteration: int) -> list[str]:
-    """report.md's table: iteration N minus each other sampler, with the paired 95% CI."""
+def comparison_lines(comps: dict[str, Any], iteration: int, scored: bool = True) -> list[str]:
+    """report.md's table: iteration N minus each other sampler, with the paired 95% CI (demo solved
+    "not scored" when no demo task has test outputs)."""
     def cell(d: dict[str, Any] | None, digits: int) -> str:
         if not d:
             return "–"
@@ -80,10 +81,14 @@ def comparison_lines(comps: dict[str, Any], iteration: int) -> list[str]:
         name = key.removeprefix("last_minus_")
         return list(AGAINST).index(name) if name in AGAINST else len(AGAINST)
 
-    lines = [f"| iteration {iteration} minus | demo solved | held-out solved | demo hit rate | held-out hit rate |",
-             "|---|---|---|---|---|"]
+    columns = {"solved_seeds": ("demo solved", 2), "heldout_solved_seeds": ("held-out solved", 2),
+               "hit_rate_seeds": ("demo hit rate", 4), "heldout_hit_rate_seeds": ("held-out hit rate", 4)}
+    if not any("heldout_solved_seeds" in comp for comp in comps.values()):  # no held-out tasks: no columns
+        columns = {k: v for k, v in columns.items() if not k.startswith("heldout_")}
+    lines = [f"| iteration {iteration} minus | " + " | ".join(title for title, _ in columns.values()) + " |",
+             "|---" * (len(columns) + 1) + "|"]
     for key, comp in sorted(comps.items(), key=lambda kv: rank(kv[0])):
         name = AGAINST.get(key.removeprefix("last_minus_"), key)
-        lines.append(f"| {name} | {cell(comp.get('solved_seeds'), 2)} | {cell(comp.get('heldout_solved_seeds'), 2)} | "
-                     f"{cell(comp.get('hit_rate_seeds'), 4)} | {cell(comp.get('heldout_hit_rate_seeds'), 4)} |")
+        cells = [cell(comp.get(m), d) if scored or m != "solved_seeds" else "not scored" for m, (_, d) in columns.items()]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines

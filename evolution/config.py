@@ -25,7 +25,9 @@ ARC_DSL = "evolution.dsl"  # the one module generated programs may import inside
 
 @dataclass
 class TaskSetConfig:
-    split: str = "arc1-train"  # arc1-train | arc1-eval | arc2-train | arc2-eval | a Kaggle JSON file/dir
+    # arc1-train | arc1-eval | arc2-train | arc2-eval | a task file or directory | module:function
+    # returning {task id: task} (docs/soar.md#your-own-tasks: the layouts)
+    split: str = "arc1-train"
     ids: list[str] = field(default_factory=list)  # explicit task ids (empty: all that fit max_grid)
     # Held-out tasks of the same split: measured with every model and control, never searched
     # for hindsight data and kept out of the seed corpus, so gains there are generalisation.

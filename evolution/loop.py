@@ -91,7 +91,7 @@ def extra_tasks(cfg: SoarConfig, tasks: dict[str, ArcTask], heldout: dict[str, A
     ts = cfg.tasks
     if not (ts.extra_ids or ts.extra_limit):
         return {}
-    split = load_split(ts.extra_split or ts.split)
+    split = load_split(ts.extra_split or ts.split, "tasks.extra_split" if ts.extra_split else "tasks.split")
     taken = {*tasks, *heldout}  # ARC ids name a task in every split that holds it
     extra = select(split, ids=ts.extra_ids) if ts.extra_ids else {}
     overlap = sorted(taken & set(extra))
@@ -164,15 +164,17 @@ def iteration_line(entry: dict[str, Any], previous: dict[str, Any] | None, heldo
 
     def change(name: str) -> str:
         was = (previous or {}).get(name)
-        return f" ({fmt.delta(entry[name] - was)})" if was is not None else ""
+        return f" ({fmt.delta(entry[name] - was)})" if was is not None and entry[name] is not None else ""
 
-    line = (f"iteration {entry['iteration']} ({entry['model_version']}): solved {fmt.num(entry['solved'])}/"
-            f"{entry['tasks']}{change('solved')}, hit rate {fmt.num(entry[hit])}{change(hit)}, "
+    line = (f"iteration {entry['iteration']} ({entry['model_version']}): "
+            f"{metrics.solved_text(entry, change('solved'))}, hit rate {fmt.num(entry[hit])}{change(hit)}, "
             f"{fmt.num(entry['programs'])} programs in {fmt.num(entry['wall_s'])} s")
-    if entry.get("heldout_solved_seeds"):
-        seeds = entry["heldout_solved_seeds"]
-        line += (f"; mean of {len(seeds)} seeds: demo solved {fmt.num(sum(entry['solved_seeds']) / len(seeds))}, "
-                 f"held-out solved {fmt.num(sum(seeds) / len(seeds))}/{heldout}")
+    if entry.get("solved_seeds") and metrics.scored(entry):
+        seeds = entry["solved_seeds"]
+        line += f"; mean of {len(seeds)} seeds: demo solved {fmt.num(sum(seeds) / len(seeds))}"
+        if entry.get("heldout_solved_seeds"):  # absent without held-out tasks: nothing to average
+            held = entry["heldout_solved_seeds"]
+            line += f", held-out solved {fmt.num(sum(held) / len(held))}/{heldout}"
     return line
 
 
@@ -249,14 +251,16 @@ class SoarLoop:
                 for t in self.tasks]
         extra_rows = [metrics.task_row(self.extra[t], outcomes[t], cfg.filters, cfg.vote) for t in self.extra]
         outcomes = {t: outcomes[t] for t in self.tasks}
+        scored = sum(r["solved"] is not None for r in rows)  # the others have no test outputs
         tried = cfg.search.samples_per_task + cfg.search.refinements_per_task
         budgets = [b for b in cfg.curve_budgets if b <= tried] or [1]
         entry = {
             "iteration": iteration,
             "model_version": version.version,
             "tasks": len(self.tasks),
-            "solved": sum(r["solved"] or 0.0 for r in rows),
-            "oracle": sum(r["oracle"] or 0.0 for r in rows),
+            "scored": scored,  # tasks whose test outputs are known: solved and oracle count only these
+            "solved": sum(r["solved"] or 0.0 for r in rows) if scored else None,  # None: nothing to score
+            "oracle": sum(r["oracle"] or 0.0 for r in rows) if scored else None,
             "programs": sum(r["programs"] for r in rows),
             "executions": sum(r["executions"] for r in rows),
             "cache_hits": sum(r["cache_hits"] for r in rows),
@@ -321,7 +325,8 @@ class SoarLoop:
     async def measure(self, version: ModelVersion, outcomes: dict[str, TaskOutcome]) -> dict[str, Any]:
         """`version` on every sampling seed, demo and held-out tasks; the iteration's own search
         counts as the demo run of its seed."""
-        log.info("measuring %s on seeds %s, demo and held-out tasks", version.version, self.cfg.controls.seeds)
+        log.info("measuring %s on seeds %s, demo%s tasks", version.version, self.cfg.controls.seeds,
+                 " and held-out" if self.heldout else "")
         return await measure_sampler(self.cfg, self.store, self.tasks, self.heldout, self.sampler.submit,
                                      self.verifier, namespace=f"{self.cfg.experiment}.eval.{version.version}",
                                      model_version=version.version, label=f"model {version.version}",

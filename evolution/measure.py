@@ -30,14 +30,17 @@ SPLITS = ("demo", "heldout")
 class Measurement:
     seeds: list[int]
     solved_seeds: list[float]  # demo tasks solved (pass@2), one per sampling seed
-    heldout_solved_seeds: list[float]  # the same on held-out tasks
+    heldout_solved_seeds: list[float]  # the same on held-out tasks (empty: there are none)
     hit_rate: float  # mean over seeds of the fraction of programs tried that are fully correct
-    heldout_hit_rate: float
+    heldout_hit_rate: float | None
     hit_rate_seeds: list[float]
     heldout_hit_rate_seeds: list[float]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Without the held-out fields when there are no held-out tasks: a report then has no
+        held-out figures to show, rather than "held-out solved 0.0" over no tasks."""
+        d = asdict(self)
+        return d if self.heldout_solved_seeds else {k: v for k, v in d.items() if not k.startswith("heldout_")}
 
 
 def solved(tasks: Mapping[str, ArcTask], outcomes: Mapping[str, TaskOutcome], filters: FilterConfig,
@@ -62,6 +65,8 @@ async def measure(cfg: SearchConfig, *, sampler: Sampler | None, verifier: Verif
         raise ValueError("measure needs a sampler or a fresh_sampler, not both")
     results: dict[str, tuple[list[float], list[float]]] = {s: ([], []) for s in SPLITS}
     for split, split_tasks in (("demo", tasks), ("heldout", heldout)):
+        if split == "heldout" and not split_tasks:
+            continue  # no held-out tasks: no held-out figures (Measurement.to_dict leaves them out)
         for seed in seeds:
             if not split_tasks:
                 outcomes: Mapping[str, TaskOutcome] = {}
@@ -84,5 +89,6 @@ async def measure(cfg: SearchConfig, *, sampler: Sampler | None, verifier: Verif
                 on_search(split, seed, n_solved, hit)
     (demo_solved, demo_hits), (held_solved, held_hits) = results["demo"], results["heldout"]
     return Measurement(seeds=list(seeds), solved_seeds=demo_solved, heldout_solved_seeds=held_solved,
-                       hit_rate=statistics.fmean(demo_hits), heldout_hit_rate=statistics.fmean(held_hits),
+                       hit_rate=statistics.fmean(demo_hits),
+                       heldout_hit_rate=statistics.fmean(held_hits) if held_hits else None,
                        hit_rate_seeds=demo_hits, heldout_hit_rate_seeds=held_hits)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from common.fmt import num
 from evolution import voting
 from evolution.driver import TaskOutcome
 from evolution.filters import FilterConfig, keep_for_voting
@@ -50,6 +51,21 @@ def curve(tasks: dict[str, ArcTask], outcomes: dict[str, TaskOutcome], budgets: 
             solved[p.n] += p.pass_at_2
             orc[p.n] += p.oracle
     return [{"n": n, "solved": solved[n], "oracle": orc[n]} for n in sorted(set(budgets))]
+
+
+def scored(entry: dict[str, Any]) -> int:
+    """Tasks of a search entry whose test outputs are known (an entry from before `scored`: all)."""
+    return entry.get("scored", entry["tasks"])
+
+
+def solved_text(entry: dict[str, Any], detail: str = "") -> str:
+    """`solved 3/19` (+ `detail`), over the tasks that can be scored; the others are "not scored",
+    never "solved 0": a task without test outputs was searched, but nothing says if it was solved."""
+    n, tasks = scored(entry), entry["tasks"]
+    if not n:
+        return f"not scored ({tasks} task{'s' if tasks != 1 else ''} without test outputs)"
+    rest = f", {tasks - n} not scored" if n < tasks else ""
+    return f"solved {num(entry['solved'])}/{n}{detail}{rest}"
 
 
 def hit_rate(outcomes: dict[str, TaskOutcome]) -> float:

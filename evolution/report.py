@@ -18,6 +18,8 @@ matplotlib.use("Agg")  # no display on servers and in CI
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
+from evolution import metrics  # noqa: E402
+from evolution.attempts import file_stem, write_attempts  # noqa: E402
 from evolution.comparisons import comparison_lines, comparisons  # noqa: E402
 from evolution.config import SoarConfig  # noqa: E402
 from verifiers.arc.grids import ArcTask, Grid  # noqa: E402
@@ -77,7 +79,7 @@ def render_task(task: ArcTask, attempts: Sequence[Sequence[Grid]], path: Path, s
         _draw(axes[r][1], ex.output, "expected")
         _draw(axes[r][2], tries[0] if tries else None, "attempt 1")
         _draw(axes[r][3], tries[1] if len(tries) > 1 else None, "attempt 2")
-    verdict = "" if solved is None else f" — solved {solved:.2f}"
+    verdict = " — not scored (no test outputs)" if solved is None else f" — solved {solved:.2f}"
     fig.suptitle(f"{task.id}{verdict}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
@@ -95,10 +97,12 @@ def plot_iterations(rows: list[dict], path: Path, baselines: dict[str, dict] | N
               ("heldout_solved_seeds", "held-out tasks solved", "tasks (pass@2)"),
               ("hit_rate_seeds", "demo: correct-program rate", "fraction of programs drawn"),
               ("heldout_hit_rate_seeds", "held-out: correct-program rate", "fraction of programs drawn")]
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
+    if not has_heldout(rows, baselines):  # no held-out tasks: no held-out panels
+        panels = [p for p in panels if not p[0].startswith("heldout_")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.75 * len(panels), 3.4))
     its = [r["iteration"] for r in rows]
     for ax, (key, title, unit) in zip(axes, panels, strict=True):
-        stats = [_mean_std(r.get(key) or [r.get("solved" if "solved" in key else "hit_rate", 0.0)]) for r in rows]
+        stats = [_mean_std(r.get(key) or [r.get("solved" if "solved" in key else "hit_rate") or 0.0]) for r in rows]
         ax.errorbar(its, [m for m, _ in stats], yerr=[sd for _, sd in stats], fmt="-o", capsize=3, label="SOAR iterations")
         for i, (name, b) in enumerate((baselines or {}).items(), 1):
             if key in b:
@@ -153,18 +157,57 @@ def comparison_rows(entries: list[dict[str, Any]], baselines: dict[str, Any] | N
     return rows
 
 
-def comparison_table(entries: list[dict[str, Any]], baselines: dict[str, Any] | None) -> list[str]:
-    lines = ["| sampler | demo solved | held-out solved | demo hit rate | held-out hit rate |",
-             "|---|---|---|---|---|"]
+def has_heldout(entries: list[dict[str, Any]], baselines: dict[str, Any] | None = None) -> bool:
+    """Whether any sampler was measured on held-out tasks (without them, measure leaves the fields out)."""
+    return any("heldout_solved_seeds" in m for m in [*entries, *(baselines or {}).values()])
+
+
+def comparison_table(entries: list[dict[str, Any]], baselines: dict[str, Any] | None, scored: bool = True) -> list[str]:
+    """Every sampler's measurement; held-out columns only when there are held-out tasks, and the
+    demo tasks' solved as "not scored" when none of them has test outputs."""
+    heldout = has_heldout(entries, baselines)
+    lines = ["| sampler | demo solved | held-out solved | demo hit rate | held-out hit rate |" if heldout else
+             "| sampler | demo solved | demo hit rate |", "|---|---|---|---|---|" if heldout else "|---|---|---|"]
     for label, m in comparison_rows(entries, baselines):
-        lines.append(f"| {label} | {_fmt(m.get('solved_seeds'))} | {_fmt(m.get('heldout_solved_seeds'))} | "
-                     f"{_fmt(m.get('hit_rate_seeds'), 4)} | {_fmt(m.get('heldout_hit_rate_seeds'), 4)} |")
+        cells = [_fmt(m.get("solved_seeds")) if scored else "not scored", _fmt(m.get("heldout_solved_seeds")),
+                 _fmt(m.get("hit_rate_seeds"), 4), _fmt(m.get("heldout_hit_rate_seeds"), 4)]
+        lines.append(f"| {label} | " + " | ".join(cells if heldout else cells[::2]) + " |")
+    return lines
+
+
+def _solved_cell(value: float | None) -> str:
+    return "not scored" if value is None else f"{value:.2f}"
+
+
+def task_table(tasks: dict[str, ArcTask], rows: list[dict[str, Any]], files: dict[str, str]) -> list[str]:
+    """The last search per task: solved (or "not scored": no test outputs), and its attempts file."""
+    lines = ["| task | solved (pass@2) | oracle | programs | fully correct programs | attempts |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        tid = r["task_id"]
+        lines.append(f"| {tid} | {_solved_cell(r['solved'])} | {_solved_cell(r['oracle'])} | {r['programs']} | "
+                     f"{r['fully_correct_programs']} | [{files[tid]}]({files[tid]}) |")
+    return lines if tasks else []
+
+
+def search_lines(entries: list[dict[str, Any]], seed: int) -> list[str]:
+    """The searches table: a task without test outputs counts in `tasks`, never in solved."""
+    lines = [f"## Searches (sampling seed {seed}, the programs hindsight learns from)", "",
+             "| iteration | model | tasks | solved (pass@2) | oracle | programs | hit rate | sampler busy | wall s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for e in entries:
+        hit = e.get("search_hit_rate", e["hit_rate"])
+        n, scored = e["tasks"], metrics.scored(e)
+        tasks = f"{n} ({n - scored} not scored)" if scored < n else str(n)
+        lines.append(f"| {e['iteration']} | {e['model_version']} | {tasks} | {_solved_cell(e['solved'])} | "
+                     f"{_solved_cell(e['oracle'])} | {e['programs']} | {hit:.4f} | {e['sampler_busy_frac']:.2f} | "
+                     f"{e['wall_s']} |")
     return lines
 
 
 def write_outputs(cfg: SoarConfig, run_dir: Path, tasks: dict[str, ArcTask], results: list[Any],
                   baselines: dict[str, Any] | None = None) -> dict[str, Any]:
-    """metrics.jsonl, summary.json, report.md and plots from the searches so far (SearchResults)."""
+    """metrics.jsonl, summary.json, report.md, plots and attempts/ from the searches so far (SearchResults)."""
     entries = [r.entry for r in results]
     with open(run_dir / "metrics.jsonl", "w") as f:
         for r in results:
@@ -177,17 +220,20 @@ def write_outputs(cfg: SoarConfig, run_dir: Path, tasks: dict[str, ArcTask], res
     if comps:
         summary["comparisons"] = comps
     write_json(run_dir / "summary.json", summary)
-    plot_curve({f"it{e['iteration']} ({e['model_version']})": [(p["n"], p["solved"], p["oracle"]) for p in e["curve"]]
-                for e in entries}, len(tasks), run_dir / "curve.png", f"{cfg.experiment}: solved vs programs tried")
+    last = results[-1]
+    scored = metrics.scored(last.entry)
+    if scored:  # tasks without test outputs add nothing to a curve of tasks solved
+        plot_curve({f"it{e['iteration']} ({e['model_version']})": [(p["n"], p["solved"], p["oracle"])
+                                                                   for p in e["curve"]] for e in entries},
+                   scored, run_dir / "curve.png", f"{cfg.experiment}: solved vs programs tried")
     measured = any("solved_seeds" in e for e in entries)
     if len(entries) > 1 or measured:
         plot_iterations(entries, run_dir / "iterations.png", baselines)
-    last = results[-1]
+    files = write_attempts(run_dir, tasks, last.outcomes, last.entry, cfg.filters, cfg.vote)
     shown = []
     for tid in list(tasks)[: cfg.render_tasks]:
-        out = last.outcomes[tid]
         solved = next(r["solved"] for r in last.rows if r["task_id"] == tid)
-        render_task(tasks[tid], out.attempts, run_dir / f"task-{tid}.png", solved)
+        render_task(tasks[tid], last.outcomes[tid].attempts, run_dir / f"task-{file_stem(tid)}.png", solved)
         shown.append(tid)
     # first the paired differences that answer "did it learn, beyond what control?", then the detail
     lines = [f"# SOAR: {cfg.experiment}"]
@@ -195,28 +241,30 @@ def write_outputs(cfg: SoarConfig, run_dir: Path, tasks: dict[str, ArcTask], res
         lines += ["", "## Did it learn? Paired differences", "",
                   "The last iteration's model minus each other sampler, seed by seed: mean and 95% CI "
                   "(t interval over the paired differences). **>0** marks an interval above zero.", ""]
-        lines += comparison_lines(comps, entries[-1]["iteration"])
+        lines += comparison_lines(comps, entries[-1]["iteration"], scored=bool(scored))
     if measured or baselines:
+        held = " Held-out tasks never enter training." if has_heldout(entries, baselines) else ""
+        unscored = (f" Demo solved counts only the {scored} of {len(tasks)} tasks that have test outputs."
+                    if 0 < scored < len(tasks) else "")
         lines += ["", "## Models against controls", "",
                   f"Same search and budget for every sampler; mean ± standard deviation over sampling seeds "
-                  f"{cfg.controls.seeds} (values in brackets). Held-out tasks never enter training.", ""]
-        lines += comparison_table(entries, baselines)
+                  f"{cfg.controls.seeds} (values in brackets).{held}{unscored}", ""]
+        lines += comparison_table(entries, baselines, scored=bool(scored))
     mixes = mix_lines(baselines or {})
     if mixes:
         lines += ["", "## Several models in one search", "",
                   "Each batch from one model (the rule), every model's programs in the vote; shares pooled over "
                   "the sampling seeds of each split (a search resumed from the store adds none).", ""] + mixes
-    lines += ["", f"## Searches (sampling seed {cfg.search.seed}, the programs hindsight learns from)", "",
-              "| iteration | model | tasks | solved (pass@2) | oracle | programs | hit rate | sampler busy | wall s |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    for e in entries:
-        hit = e.get("search_hit_rate", e["hit_rate"])
-        lines.append(f"| {e['iteration']} | {e['model_version']} | {e['tasks']} | {e['solved']:.2f} | {e['oracle']:.2f} | "
-                     f"{e['programs']} | {hit:.4f} | {e['sampler_busy_frac']:.2f} | {e['wall_s']} |")
-    lines += ["", "![solved vs programs](curve.png)", ""]
+    lines += ["", *search_lines(entries, cfg.search.seed), ""]
+    lines += ["## Tasks (the last search)", "",
+              "A task without test outputs is searched and voted on, but not scored. Each task's two attempts "
+              "per test input, with the programs behind them: its attempts file.", ""]
+    lines += task_table(tasks, last.rows, files) + [""]
+    if scored:
+        lines += ["![solved vs programs](curve.png)", ""]
     if len(entries) > 1 or measured:
         lines += ["![iterations](iterations.png)", ""]
-    lines += [f"![{t}](task-{t}.png)" for t in shown]
+    lines += [f"![{t}](task-{file_stem(t)}.png)" for t in shown]
     lines += ["", "Config: [config.yaml](config.yaml) · per-task rows: [metrics.jsonl](metrics.jsonl) · "
               "numbers: [summary.json](summary.json)", ""]
     (run_dir / "report.md").write_text("\n".join(lines))

@@ -49,6 +49,9 @@ class VoteResult:
     attempts: tuple[tuple[Grid, ...], ...]  # per test input: 0, 1 or 2 grids, best first
     groups: tuple[VoteGroup, ...]  # every group, ranked; groups[:2] gave the attempts
     n_voters: int  # distinct programs with a grid for every test input
+    # per test input: the index in `groups` of the group behind each attempt (distinct_attempts
+    # may skip a group whose grid repeats the first attempt's)
+    attempt_groups: tuple[tuple[int, ...], ...] = ()
 
     @property
     def chosen(self) -> tuple[str, ...]:
@@ -91,14 +94,15 @@ def vote(candidates: Iterable[Candidate], task: ArcTask, cfg: VoteConfig | None 
             max_train_accuracy=max(accs.values()),
             code_hashes=hashes))
     groups.sort(key=_rank_key)
-    attempts = []
+    attempts, sources = [], []
     for i in range(n_test):
-        tries = [g.outputs[i] for g in groups[:2]]
+        picked = list(range(min(2, len(groups))))
         if cfg.distinct_attempts and groups:
             first = groups[0].outputs[i]
-            tries = [first] + [g.outputs[i] for g in groups[1:] if g.outputs[i] != first][:1]
-        attempts.append(tuple(tries))
-    return VoteResult(task.id, tuple(attempts), tuple(groups), sum(g.size for g in groups))
+            picked = [0] + [k for k in range(1, len(groups)) if groups[k].outputs[i] != first][:1]
+        attempts.append(tuple(groups[k].outputs[i] for k in picked))
+        sources.append(tuple(picked))
+    return VoteResult(task.id, tuple(attempts), tuple(groups), sum(g.size for g in groups), tuple(sources))
 
 
 def score_task(result: VoteResult, task: ArcTask) -> float | None:

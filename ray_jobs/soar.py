@@ -7,9 +7,10 @@
         python -m ray_jobs.soar --config configs/soar-qwen.yaml storage_path=/shared/ratchet/checkpoints
 
 Writes runs/<experiment>/: config.yaml, metrics.jsonl (one row per task and iteration),
-summary.json (an `iterations` list, `baselines`), report.md, curve.png, iterations.png and
-task renderings. Killed and started again with the same experiment name, it resumes from
-Redis. The loop itself is evolution/loop.py; this file only wires it.
+summary.json (an `iterations` list, `baselines`), report.md, curve.png, iterations.png, task
+renderings and attempts/<task>.json (each test input's two attempts and their programs).
+Killed and started again with the same experiment name, it resumes from Redis. The loop
+itself is evolution/loop.py; this file only wires it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from common.fmt import num
 from common.tracking import Tracker
+from evolution import metrics
 from evolution.backends import pool_verifier
 from evolution.config import ARC_DSL, SoarConfig
 from evolution.loop import SoarLoop, base_model, extra_tasks, load_tasks
@@ -30,11 +32,10 @@ log = logging.getLogger(__name__)
 
 
 async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
-    tasks, heldout = load_tasks(cfg.tasks)
+    tasks, heldout = load_tasks(cfg.tasks)  # a module:function source is imported and called here too
     extra = extra_tasks(cfg, tasks, heldout)
     base = base_model(cfg, ctx.store, sorted({*tasks, *heldout}))
-    log.info("%d tasks, %d held out, %d searched for hindsight data only; base model %s = %s", len(tasks),
-             len(heldout), len(extra), base.version, base.checkpoint)
+    log.info("base model %s = %s", base.version, base.checkpoint)  # the tasks' counts: checks.check_soar's line
     sampler_pool = SamplerPool(cfg.sampler, checkpoint=base.checkpoint, version=base.version, files=base.files)
     verifier_pool = ArcVerifierPool(actors=cfg.verifier.actors, workers_per_actor=cfg.verifier.workers_per_actor,
                                     allowed_modules=(ARC_DSL,), use_cache=cfg.verifier.use_cache,
@@ -62,7 +63,8 @@ def headline(summary: dict[str, Any]) -> str:
     """The last search's figures, then (when measured) the last model minus the seed-only control
     on held-out tasks, paired by seed: the number that says whether hindsight taught it anything."""
     e = summary["iterations"][-1]
-    line = (f"iteration {e['iteration']}: solved {num(e['solved'])}/{e['tasks']} (oracle {num(e['oracle'])}), "
+    oracle = f" (oracle {num(e['oracle'])})" if metrics.scored(e) else ""
+    line = (f"iteration {e['iteration']}: {metrics.solved_text(e, oracle)}, "
             f"{num(e['programs'])} programs, hit rate {num(e['hit_rate'])}, "
             f"sampler busy {num(e['sampler_busy_frac'])}, {num(e['wall_s'])} s")
     held = summary.get("comparisons", {}).get("last_minus_seed_only_control", {}).get("heldout_solved_seeds")

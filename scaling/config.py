@@ -32,6 +32,10 @@ class ScalingConfig:
     mode: Literal["curves", "verification_benchmark", "both"] = "curves"  # what to run
     dataset: str = "arith"  # a generated set (arith_problems.DATASETS: arith, arith1, ...) or a JSONL of {question, answer}
     questions: int = 500  # first N questions of the dataset
+    # who decides a candidate is correct: "" = math-verify equivalence with the reference; else a
+    # `module:function` called as f(answer, reference) -> bool on each extracted final answer (a candidate
+    # without one is wrong unchecked), e.g. examples.checkers:exact_text for string answers
+    checker: str = ""
     arith_seed: int = 1000  # seed of generated problems (the seed corpus uses 0)
     triples: str = "arith"  # verification benchmark: "arith" or a JSONL of {question, correct, wrong}
     benchmark_triples: int = 100  # triples used by the verification benchmark
@@ -106,6 +110,7 @@ class ScalingConfig:
             verify_max_tokens=self.verify_max_tokens, style=self.prompt_style, batch_questions=self.batch_questions,
             seed=self.sample_seed, model=model, verdict=self.verdict, verifier=verifier,
             verify_view=self.verify_view, verifier_engine_kwargs=dict(self.verifier_engine_kwargs),
+            checker=self.checker,
         )
 
 

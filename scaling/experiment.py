@@ -31,7 +31,7 @@ from common.tracking import Tracker
 from scaling.arith_problems import DATASETS, arith_triples, generated_problems
 from scaling.config import ScalingConfig
 from scaling.curves import compute_curves
-from scaling.report import report, write_outputs
+from scaling.report import CANDIDATES_FILE, report, write_candidates, write_outputs
 from scaling.sampling import ScalingSampler
 from scaling.verdicts import sample_verdicts
 from scaling.verifier_adapter import check_heldout
@@ -132,7 +132,9 @@ class ScalingExperiment:
         sampler = ScalingSampler(self.store.client, self.cfg.experiment, self.generate,
                                  self.cfg.plan(self.model, self.verifier), self.progress,
                                  fence=self.store.fence_for(self.cfg.experiment), verify_generate=self.verify_generate)
-        return ScoredPool.from_records(asyncio.run(sampler.run(questions)), score=self.cfg.curves.options.score)
+        records = asyncio.run(sampler.run(questions))
+        write_candidates(self.run_dir / CANDIDATES_FILE, sampler.candidate_rows(questions))
+        return ScoredPool.from_records(records, score=self.cfg.curves.options.score)
 
     def curves(self, pool: ScoredPool) -> dict[str, Any]:
         t = time.time()

@@ -4,7 +4,8 @@ Three phases, each per question and each skipped for questions already stored, s
 killed at any point resumes where it stopped (the unit of work is a batch of questions;
 a batch cut short is redone, nothing stored twice):
 
-1. candidates: k_inf responses per question, final answers grouped by equivalence;
+1. candidates: k_inf responses per question, final answers grouped by equivalence and judged
+   by the plan's checker (math-verify, or the user's: verifiers.math_answers.grade_answers);
 2. verdicts: k_verif self-verification verdicts per candidate;
 3. comparisons: k_tie pairwise comparisons per pair of the `compare_classes` answer classes
    whose best candidate verifies best, half in each order (representatives cycle through
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -33,7 +34,7 @@ from scaling.verdicts import sample_verdicts
 from search.selection import verdict_score
 from store import keys
 from store.lease import fenced_pipeline
-from verifiers.math_answers import extract_answer, group_answers, is_equivalent
+from verifiers.math_answers import extract_answer, grade_answers
 from verifiers.selfverify import Style, View, answer_prompt, compare_prompt, verify_prompt
 from verifiers.verdicts import Mode
 
@@ -60,10 +61,15 @@ class SamplingPlan:
     # the verifier's engine settings over the sampler's (ScalingConfig.verifier_engine_kwargs): a bf16 and
     # a float32 verifier give other verdict probabilities, which must not mix in one pool
     verifier_engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    # the answer checker's `module:function` ("" = math-verify): stored candidates' classes and
+    # correctness were decided by it, so a rerun with another checker must not reuse them. A name, not
+    # the function: the plan is stored as JSON, and whoever samples imports it by name.
+    checker: str = ""
 
 
 # Plan fields added after experiments were stored: a stored plan without one was sampled with this.
-PLAN_DEFAULTS = {"verdict": "parsed", "verifier": "", "verify_view": "solution", "verifier_engine_kwargs": {}}
+PLAN_DEFAULTS = {"verdict": "parsed", "verifier": "", "verify_view": "solution", "verifier_engine_kwargs": {},
+                 "checker": ""}
 
 
 def verdict_codes(stored: list | dict) -> list[list[int]]:
@@ -143,9 +149,7 @@ class ScalingSampler:
         for q, row in zip(batch, rows, strict=True):
             texts = [c.text for c in row]
             answers = [extract_answer(t) for t in texts]
-            classes = group_answers(answers)
-            reps = {c: a for a, c in zip(answers, classes, strict=True) if c >= 0}
-            class_ok = [is_equivalent(reps[c], q["answer"]) for c in range(len(reps))]
+            classes, class_ok = grade_answers(answers, q["answer"], p.checker)
             out[q["id"]] = {"texts": texts, "answers": answers, "answer_ids": classes, "answer_correct": class_ok}
         return out
 
@@ -221,3 +225,13 @@ class ScalingSampler:
 
     def texts(self, qid: str) -> dict[str, Any]:
         return self.stored("candidates", [qid])[qid]
+
+    def candidate_rows(self, questions: list[dict[str, str]]) -> Iterator[dict[str, Any]]:
+        """One row per stored candidate, in the pool's order (`question`, `candidate`: its indices
+        in pool.npz), with its text: what the model answered, which the pool keeps no trace of."""
+        cands = self.stored("candidates", [q["id"] for q in questions])
+        for i, q in enumerate(questions):
+            c = cands[q["id"]]
+            for j, (text, answer, cls) in enumerate(zip(c["texts"], c["answers"], c["answer_ids"], strict=True)):
+                yield {"question": i, "id": q["id"], "candidate": j, "answer": answer, "answer_id": cls,
+                       "correct": cls >= 0 and c["answer_correct"][cls], "reference": q["answer"], "text": text}

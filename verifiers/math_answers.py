@@ -7,6 +7,10 @@ next to each other and use the same extraction.
     extract_answer("... so the answer is \\boxed{12}.")  -> "12"
     is_equivalent("0.5", "\\frac{1}{2}")                  -> True
     group_answers(["12", "12.0", "13", None])             -> [0, 0, 1, -1]
+    grade_answers(["12", "12.0", None], "12", "examples.checkers:exact_text")  -> ([0, 1, -1], [True, False])
+
+A user's checker (`checker: module:function`, called as f(answer, reference) -> bool) replaces
+math-verify as the judge of correctness; grade_answers applies it to the extracted answers.
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from math_verify import parse, verify
+
+from common.plugins import load_callable
 
 # math-verify enforces its timeouts with SIGALRM, which exists only on the main thread; in
 # Ray actors and executor threads we disable them (answers are short) and silence its warning.
@@ -135,6 +142,64 @@ def group_answers(answers: list[str | None]) -> list[int]:
     return out
 
 
+Checker = Callable[[str, str], bool]  # (extracted final answer, reference answer) -> correct?
+EXAMPLE_CHECKER = "examples.checkers:exact_text"  # named in the messages of a checker that does not load
+
+
+@lru_cache(maxsize=16)
+def load_checker(spec: str = "") -> Checker:
+    """The checker `spec` names (`module:function`); "" is math-verify's is_equivalent. ConfigError
+    (naming the field `checker`) when it does not import, is not callable or takes other arguments."""
+    if not spec:
+        return is_equivalent
+    return load_callable("checker", spec, EXAMPLE_CHECKER, args=("answer", "reference"))
+
+
+def check_answer(spec: str, answer: str | None, reference: str) -> bool:
+    """One verdict of checker `spec`; an answer the extractor did not find is wrong, unchecked.
+    A verdict must be a bool: a checker returning "no" (truthy) must not count as correct."""
+    if answer is None:
+        return False
+    try:
+        verdict = load_checker(spec)(answer, reference)
+    except Exception as e:
+        raise RuntimeError(f"checker={spec!r} raised {type(e).__name__}: {e} on answer={answer!r}, "
+                           f"reference={reference!r}; fix the function (it must return True or False)") from e
+    if not _is_verdict(verdict):
+        raise TypeError(f"checker={spec!r} returned {verdict!r} ({type(verdict).__name__}) on answer={answer!r}, "
+                        f"reference={reference!r}; it must return True or False")
+    return bool(verdict)
+
+
+def _is_verdict(x: Any) -> bool:
+    """True/False, 0/1, or numpy's bool_ (a checker that compares arrays returns one)."""
+    if isinstance(x, bool | int):
+        return x in (0, 1)
+    return getattr(x, "shape", None) == () and getattr(getattr(x, "dtype", None), "kind", None) == "b"
+
+
+def grade_answers(answers: list[str | None], reference: str, checker: str = "") -> tuple[list[int], list[bool]]:
+    """Answer classes (group_answers') and whether each class is correct, by checker spec `checker`.
+
+    math-verify (""): each class judged by one of its answers, as ever. A user's checker judges
+    every answer, and a class it calls partly correct is split in two (ids in order of first
+    appearance), so every candidate's correctness is the checker's verdict on its own answer,
+    while majority voting still counts the answers math-verify and the checker agree on together.
+    """
+    classes = group_answers(answers)
+    if not checker:
+        reps = {c: a for a, c in zip(answers, classes, strict=True) if c >= 0}
+        return classes, [is_equivalent(reps[c], reference) for c in range(len(reps))]
+    split: dict[tuple[int, bool], int] = {}  # (math-verify class, verdict) -> class id
+    ids = []
+    for answer, cls in zip(answers, classes, strict=True):
+        ids.append(-1 if cls < 0 else split.setdefault((cls, check_answer(checker, answer, reference)), len(split)))
+    correct = [False] * len(split)
+    for (_, ok), i in split.items():
+        correct[i] = ok
+    return ids, correct
+
+
 def load_jsonl_dataset(path: str | Path, limit: int | None = None) -> list[dict[str, Any]]:
     """(question, answer) rows from a JSONL file; MATH-500's `problem` is accepted for `question`.
 
@@ -151,7 +216,11 @@ def load_jsonl_dataset(path: str | Path, limit: int | None = None) -> list[dict[
         try:
             raw = json.loads(line)
         except ValueError as e:
-            raise ValueError(f"{path}:{n} is not JSON: {e}") from None
+            raise ValueError(f"{path}:{n} is not JSON ({e}); a dataset is JSONL: one "
+                             "{\"question\": ..., \"answer\": ...} object per line") from None
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}:{n} is a JSON {type(raw).__name__}, not an object; write one "
+                             "{\"question\": ..., \"answer\": ...} object per line (JSONL)")
         question = raw.get("question", raw.get("problem"))
         answer = raw.get("answer")
         if question is None or answer is None:
