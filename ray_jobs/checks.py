@@ -110,6 +110,16 @@ def _soar_task_counts(cfg: Any) -> str:
     return f"tasks: {len(tasks)} searched, {len(heldout)} held out, {len(extra)} extra from {source}{note}"
 
 
+def _heldout_scored(ids: list[str], split: dict[str, Any]) -> None:
+    """A held-out task is there to be scored: one without test outputs would count as unsolved."""
+    from evolution.tasks import is_scored
+
+    blind = [i for i in ids if not is_scored(split[i])]
+    if blind:
+        raise ConfigError(f"tasks.heldout_ids: {blind} have no test outputs, so nothing could say whether a model "
+                          "solved them; hold out tasks with known outputs (search the others as tasks.ids)")
+
+
 def check_soar(cfg: Any) -> None:
     from evolution.arc_adapter import check_unseen
 
@@ -117,6 +127,7 @@ def check_soar(cfg: Any) -> None:
     split = _soar_split("tasks.split", ts.split)
     _known_ids("tasks.ids", ts.ids, split, ts.split)
     _known_ids("tasks.heldout_ids", ts.heldout_ids, split, ts.split)
+    _heldout_scored(ts.heldout_ids, split)
     extra_split = split
     if ts.extra_split and ts.extra_split != ts.split:
         extra_split = _soar_split("tasks.extra_split", ts.extra_split)

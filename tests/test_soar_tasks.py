@@ -111,6 +111,14 @@ def test_a_task_source_that_cannot_work_is_one_line_at_dry_run(source, message, 
     assert ray.is_initialized() == initialized  # refused before anything started
 
 
+def test_a_held_out_task_without_test_outputs_is_refused(capsys, monkeypatch):
+    """It was measured as unsolved on every seed: 0 counted where nothing could be known."""
+    code, _, err = dry_run([f"tasks.split={SOURCE}", "tasks.ids=[recolor-1-to-2]",
+                            "tasks.heldout_ids=[flip-answer-unknown]"], capsys, monkeypatch)
+    assert code == 2 and err.count("\n") == 1, err
+    assert "tasks.heldout_ids: ['flip-answer-unknown'] have no test outputs" in err
+
+
 # --- task files -----------------------------------------------------------------------------
 def task(inp: list[list[int]], out: list[list[int]] | None = None) -> dict:
     test = {"input": inp} if out is None else {"input": inp, "output": out}
