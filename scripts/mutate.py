@@ -67,7 +67,8 @@ TARGETS = {
     "pairs": Target("thinking/pairs.py",
                     "tests/test_pairs.py tests/test_tpo_length.py tests/test_tpo.py "
                     "tests/test_tpo_dpo.py::test_divergence_windows_move_the_common_prefix_into_the_prompt "
-                    "-k 'pair or rho or ties or unparsable or length or divergence or window'"),
+                    "tests/test_judge_plugins.py::test_a_round_without_usable_verdicts_blames_the_judge "
+                    "-k 'pair or rho or ties or unparsable or length or divergence or window or blames'"),
     "curves": Target("scaling/curves.py", "tests/test_curves.py tests/test_intervals.py",
                      skip=("plot_curves",)),
     "comparisons": Target("evolution/comparisons.py", "tests/test_comparisons.py tests/test_intervals.py"),
@@ -94,6 +95,15 @@ TARGETS = {
     "model_mix": Target("evolution/model_mix.py", "tests/test_model_mix.py"),
     # the mask's arithmetic; install() patches vLLM, which only .venv-vllm has (tests/test_vllm_cpu.py)
     "top_p": Target("search/engines/top_p.py", "tests/test_top_p.py", skip=("install", "install_from_env")),
+    # plug-in points (issue #49): what a user's judge, checker or task source must be, refused at --dry-run
+    "plugins": Target("common/plugins.py", "tests/test_judge_plugins.py tests/test_scaling_checker.py "
+                      "tests/test_soar_tasks.py -k 'dry_run or refused or cannot'"),
+    "judge_registry": Target("verifiers/judges/registry.py", "tests/test_judge_plugins.py tests/test_judges.py "
+                             "-k 'not trains_both_arms and not job_fails and not trained_with_trl'"),
+    "checker": Target("verifiers/math_answers.py", "tests/test_scaling_checker.py -k 'checker and not documented'",
+                      only=("load_checker", "check_answer", "_is_verdict", "grade_answers")),
+    "task_sources": Target("evolution/tasks.py", "tests/test_soar_tasks.py -k 'not documented'",
+                           only=("load_split", "load_file", "with_solutions", "_from_source", "is_scored")),
     "coalescer": Target("search/sampler_worker.py", "tests/test_coalescer.py", only=("BATCH_WAIT_S", "_Request", "Coalescer")),
 }
 
