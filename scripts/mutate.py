@@ -96,8 +96,8 @@ TARGETS = {
     # the mask's arithmetic; install() patches vLLM, which only .venv-vllm has (tests/test_vllm_cpu.py)
     "top_p": Target("search/engines/top_p.py", "tests/test_top_p.py", skip=("install", "install_from_env")),
     # plug-in points (issue #49): what a user's judge, checker or task source must be, refused at --dry-run
-    "plugins": Target("common/plugins.py", "tests/test_judge_plugins.py tests/test_scaling_checker.py "
-                      "tests/test_soar_tasks.py -k 'dry_run or refused or cannot'"),
+    "plugins": Target("common/plugins.py", "tests/test_plugins.py tests/test_judge_plugins.py tests/test_scaling_checker.py "
+                      "tests/test_soar_tasks.py -k 'dry_run or refused or cannot or import_path or dotted or bound'"),
     "judge_registry": Target("verifiers/judges/registry.py", "tests/test_judge_plugins.py tests/test_judges.py "
                              "-k 'not trains_both_arms and not job_fails and not trained_with_trl'"),
     "checker": Target("verifiers/math_answers.py", "tests/test_scaling_checker.py -k 'checker and not documented'",

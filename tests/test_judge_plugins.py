@@ -11,7 +11,7 @@ from _capture import own_lines
 from test_cli import one_line_error, run_cli
 from test_tpo import StubSampler, make_loop
 
-from common.config import load_config
+from common.config import ConfigError, load_config
 from common.faults import CannotContinue
 from ray_jobs import runner, tpo
 from thinking.config import TpoConfig
@@ -113,3 +113,74 @@ def test_the_documented_own_judge_trains_both_arms(ray_local, store, tmp_path, e
     assert notes == ["seed", "thought iteration 1", "direct iteration 1"]
     scores = [s for e in summary["iterations"] for s in e["score_seeds"]]
     assert all(s < 1 for s in scores)  # the length penalty: never a whole point, right or not
+
+
+# --- the registry's checks, one rule each -------------------------------------------------------
+class _Scores:
+    name = "scores"
+
+    async def score(self, items):
+        return []
+
+
+def _judge(init) -> type:
+    return type("Custom", (_Scores,), {"__init__": init})
+
+
+def test_a_registered_name_builds_its_class_and_a_bad_path_is_refused(monkeypatch):
+    from verifiers.judges import registry
+
+    monkeypatch.setattr(registry, "JUDGES", dict(registry.JUDGES))
+    registry.register("short", "examples.judges:ShortCorrectJudge")
+    assert type(make_judge("short", per_char=0.5)).__name__ == "ShortCorrectJudge"
+    with pytest.raises(ValueError, match="the path must look like module:Class"):
+        registry.register("short", "examples.judges.ShortCorrectJudge")
+
+
+def test_hints_written_as_types_are_checked_too():
+    """A module without `from __future__ import annotations` has types, not strings, as hints."""
+    from verifiers.judges.registry import check_kwargs
+
+    def init(self, per_char=0.1):
+        pass
+
+    init.__annotations__ = {"per_char": float}
+    with pytest.raises(ConfigError, match="takes it as float, got str"):
+        check_kwargs(_judge(init), {"per_char": "lots"}, set())
+
+
+def test_a_hint_that_does_not_resolve_leaves_the_others_checked():
+    from verifiers.judges.registry import check_kwargs
+
+    def init(self, engine: NoSuchType = None, per_char: float = 0.1):  # noqa: F821 (never resolves)
+        pass
+
+    with pytest.raises(ConfigError, match="takes it as float, got str"):
+        check_kwargs(_judge(init), {"engine": 1, "per_char": "lots"}, set())
+
+
+def test_a_judge_taking_any_keyword_gets_the_unknown_ones_and_the_known_ones_are_checked():
+    from verifiers.judges.registry import check_kwargs
+
+    def init(self, per_char: float = 0.1, **rest):
+        pass
+
+    check_kwargs(_judge(init), {"anything": [1], "per_char": 0.5}, set())
+    with pytest.raises(ConfigError, match="takes it as float, got str"):
+        check_kwargs(_judge(init), {"anything": [1], "per_char": "lots"}, set())
+
+
+def test_only_a_text_parameter_given_a_list_gets_the_quoting_hint():
+    from verifiers.judges.pairwise import PairwiseJudge
+    from verifiers.judges.registry import check_kwargs
+
+    def init(self, per_char: float = 0.1):
+        pass
+
+    with pytest.raises(ConfigError) as e:
+        check_kwargs(_judge(init), {"per_char": [1]}, set())
+    assert "takes it as float, got list" in str(e.value) and "quote" not in str(e.value)
+    long = ["A" * 40, "B" * 40]  # one line, however long: the message is a single line
+    with pytest.raises(ConfigError) as e:
+        check_kwargs(PairwiseJudge, {"regex": long}, {"generate"})
+    assert str(e.value).endswith(f"""quote it, judge.kwargs.regex='"[{long[0]}, {long[1]}]"'""")

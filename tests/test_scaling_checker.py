@@ -66,6 +66,23 @@ def test_a_checker_must_return_a_bool():
         grade_answers(["12"], "12", "test_scaling_checker:says_maybe")
 
 
+@pytest.mark.parametrize("verdict, ok", [
+    (True, True), (0, True), (np.bool_(True), True),  # numpy's scalar bool: a checker comparing arrays
+    (2, False), (np.float64(1.0), False), (np.array([True, False]), False), ("yes", False), (None, False),
+])
+def test_a_verdict_is_a_bool_or_numpys_scalar_bool(verdict, ok):
+    from verifiers.math_answers import _is_verdict
+
+    assert _is_verdict(verdict) is ok
+
+
+def test_an_answer_the_extractor_did_not_find_is_wrong_without_asking_the_checker():
+    from verifiers.math_answers import check_answer
+
+    assert check_answer("examples.checkers:exact_text", None, "12") is False
+    assert check_answer("examples.checkers:exact_text", "12", "12") is True
+
+
 def test_the_documented_checker_decides_which_candidates_are_correct(store, experiment_name, tmp_path, capsys):
     code, err = run_cli([*DOCUMENTED, *SMALL, f"experiment={experiment_name}", f"runs_dir={tmp_path}"], capsys)
     assert code == 0, err

@@ -127,7 +127,8 @@ def task(inp: list[list[int]], out: list[list[int]] | None = None) -> dict:
 
 def test_a_kaggle_challenges_file_takes_the_test_outputs_of_its_solutions_file(tmp_path):
     (tmp_path / "arc_challenges.json").write_text(json.dumps({"a": task([[1, 1]]), "b": task([[0, 1]])}))
-    (tmp_path / "arc_solutions.json").write_text(json.dumps({"a": [[[2, 2]]], "b": [[[0, 2]]]}))
+    # a solutions file may cover tasks the (trimmed) challenges file does not: skipped, the rest read
+    (tmp_path / "arc_solutions.json").write_text(json.dumps({"trimmed": [[[1]]], "a": [[[2, 2]]], "b": [[[0, 2]]]}))
     (tmp_path / "c.json").write_text(json.dumps(task([[1]])))  # one task per file, named by it (ARC's repos)
     tasks = load_split(str(tmp_path / "arc_challenges.json"))
     assert [t.test[0].output for t in tasks.values()] == [((2, 2),), ((0, 2),)]
