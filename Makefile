@@ -22,6 +22,7 @@ export RAY_USAGE_STATS_ENABLED := 0
 .PHONY: pretrained demo-real demo-verifier demo-soar-real mutate cluster-demo chaos setup setup-vllm test-vllm vllm-workloads setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
+	@echo "ratchet is $(VENV)/bin/ratchet: 'source $(VENV)/bin/activate' puts it on this shell's PATH"
 
 # CPU set-up: the local CPU wheel torch==2.13.0 first; pyproject's torch range is then
 # satisfied and pip pulls no CUDA build.

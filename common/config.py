@@ -271,15 +271,33 @@ def read_yaml_file(path: str | Path, cls: type | None = None) -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path | None, cls: type[T], overrides: list[str] | None = None) -> T:
-    """Load YAML (or nothing: defaults) plus overrides into the dataclass `cls`."""
+def load_config(path: str | Path | None, cls: type[T], overrides: list[str] | None = None,
+                sources: dict[str, str] | None = None) -> T:
+    """Load YAML (or nothing: defaults) plus overrides into the dataclass `cls`. A `sources`
+    dict is filled with where each set key came from (for `with_origin`)."""
     data: dict[str, Any] = {}
-    sources: dict[str, str] = {}
+    sources = {} if sources is None else sources
     if path is not None:
         data = read_yaml_file(path, cls)
-        sources = dict.fromkeys(_flatten_keys(data), str(path))
+        sources.update(dict.fromkeys(_flatten_keys(data), str(path)))
     data = apply_overrides(data, overrides or [], cls, sources)
     return build_config(cls, data, "defaults", sources)
+
+
+_LEADING_FIELD = re.compile(r"([A-Za-z_][\w-]*(?:\.[\w-]+)*)(?==|:)")
+
+
+def with_origin(message: str, cls: type, sources: dict[str, str]) -> str:
+    """A check's message that starts with a field (`model='ckpt/x': no such ...`, as the jobs'
+    checks word them) prefixed by where that value was set: the file, the command line or the
+    defaults, as build_config's errors are. Other messages come back as they are."""
+    m = _LEADING_FIELD.match(message)
+    if m is None:
+        return message
+    parts = m[1].split(".")
+    while parts and hint_at(cls, ".".join(parts)) is None:  # mix.checkpoints.<name>: the dict field
+        parts.pop()
+    return f"{_origins(sources, 'defaults')('.'.join(parts))}: {message}" if parts else message
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

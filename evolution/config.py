@@ -17,7 +17,7 @@ from evolution.filters import FilterConfig
 from evolution.hindsight import HindsightConfig
 from evolution.model_mix import MixConfig
 from evolution.voting import VoteConfig
-from search.pool import PoolConfig
+from search.pool_config import PoolConfig
 from training.seed import SeedConfig
 
 ARC_DSL = "evolution.dsl"  # the one module generated programs may import inside the sandbox

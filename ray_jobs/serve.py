@@ -27,14 +27,13 @@ import contextlib
 import logging
 import os
 import sys
-from dataclasses import replace
 
 import ray
 from ray import serve
 
 from common.config import ConfigError, load_config, secret_values
 from common.logs import ray_runtime_env, setup_logging
-from ray_jobs.checks import need_checkpoint
+from ray_jobs.checks import check_engine, need_checkpoint
 from ray_jobs.runner import config_error, config_parser, print_config
 from ray_jobs.stopping import Stopped, raise_on_stop_signals, wait_for_stop_signal
 from search.serve import ServeSettings, build_serve_app
@@ -59,11 +58,13 @@ def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
         if args.print_config:
             print_config(cfg)
             raise SystemExit(0)
+        checkpoint = None
         if cfg.model:
             need_checkpoint("model", cfg.model)
-            if not args.dry_run:  # pretrained:<name>: fetched and converted once, then its dir
-                cfg = replace(cfg, model=pretrained.resolve_checkpoint(cfg.model))
-        settings = settings_from(cfg)
+        check_engine("sampler", cfg.sampler, job="serve")
+        if cfg.model and not args.dry_run:  # pretrained:<name>: fetched and converted once, then its dir
+            checkpoint = pretrained.resolve_checkpoint(cfg.model)
+        settings = settings_from(cfg, checkpoint=checkpoint)
     except ConfigError as e:
         config_error(parser, e)
     if args.dry_run:
@@ -86,7 +87,8 @@ def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, b
         serve.start(http_options={"host": host, "port": port})
         serve.run(build_serve_app(settings), name=APP_NAME, route_prefix="/", blocking=False)
         # the URL is what the user needs from this command: stdout, not a log line
-        print(f"serving {settings.served_name} at {url}" + (" (Ctrl-C or SIGTERM stops)" if blocking else ""),
+        also = f" (also named {', '.join(settings.aliases)})" if settings.aliases else ""
+        print(f"serving {settings.served_name}{also} at {url}" + (" (Ctrl-C or SIGTERM stops)" if blocking else ""),
               flush=True)
         if blocking:
             wait_for_stop_signal()

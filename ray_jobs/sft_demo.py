@@ -22,9 +22,7 @@ from common.tracking import TrackingConfig, training_args
 from ray_jobs import runner
 from training.checkpoints import publish
 from training.corpora import digit_map
-from training.evaluate import greedy_accuracy
 from training.seed import SeedConfig, build_seed_model
-from training.sft import SFTJobConfig, train_sft_remote
 
 IDENTITY = "0123456789"
 log = logging.getLogger(__name__)
@@ -52,6 +50,10 @@ class SftDemoConfig:
 
 
 async def run(cfg: SftDemoConfig, ctx: runner.JobContext) -> dict:
+    # imported here, not at the top: --help needs no torch or TRL
+    from training.evaluate import greedy_accuracy
+    from training.sft import SFTJobConfig, train_sft_remote
+
     started = time.time()
     store, run_dir = ctx.store, ctx.run_dir
     events = store.events(cfg.experiment)

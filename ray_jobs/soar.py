@@ -21,17 +21,19 @@ from typing import Any
 from common.fmt import num
 from common.tracking import Tracker
 from evolution import metrics
-from evolution.backends import pool_verifier
 from evolution.config import ARC_DSL, SoarConfig
-from evolution.loop import SoarLoop, base_model, extra_tasks, load_tasks
 from ray_jobs import checks, runner
-from search.pool import SamplerPool
-from verifiers.arc.pool import ArcVerifierPool
 
 log = logging.getLogger(__name__)
 
 
 async def run(cfg: SoarConfig, ctx: runner.JobContext) -> dict[str, Any]:
+    # imported here, not at the top: --help and --dry-run need none of torch, TRL or the actors
+    from evolution.backends import pool_verifier
+    from evolution.loop import SoarLoop, base_model, extra_tasks, load_tasks
+    from search.pool import SamplerPool
+    from verifiers.arc.pool import ArcVerifierPool
+
     tasks, heldout = load_tasks(cfg.tasks)  # a module:function source is imported and called here too
     extra = extra_tasks(cfg, tasks, heldout)
     base = base_model(cfg, ctx.store, sorted({*tasks, *heldout}))

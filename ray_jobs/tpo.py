@@ -31,8 +31,6 @@ from thinking.judging import make_judge, resolve
 from thinking.loop import TpoLoop
 from thinking.state import TpoState
 from training.checkpoints import clean_scratch, discard_unpublished
-from training.common import lora_args
-from training.dpo import DPOJobConfig, train_dpo_remote
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +43,10 @@ def dpo_loss(sft_weight: float) -> dict[str, Any]:
 def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path, seed_checkpoint: str):
     """TpoLoop's train: DPO as a Ray task; it hands the weights back through Ray's object store
     when the samplers take them from memory (sampler.weight_sync)."""
+    # imported here, not at the top: --help needs no torch or TRL
+    from training.common import lora_args
+    from training.dpo import DPOJobConfig, train_dpo_remote
+
     in_memory = planned_path(cfg.sampler.weight_sync, cfg.sampler.engine) == "memory"
 
     async def train(rows: list[dict[str, Any]], start, arm: str, iteration: int) -> tuple[str, dict[str, Any], Any]:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Literal
 from common.tracking import TrackingConfig
 from scaling.curves import CurvesConfig
 from scaling.sampling import SamplingPlan
-from search.pool import PoolConfig
+from search.pool_config import PoolConfig
 from training.seed import SeedConfig
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from common.config import is_secret_key
 from common.placement import Strategy, check_placement
 from common.secrets import literal_secrets
-from search.engines import check_engine_kwargs, engine_class
+from search.engines import ENGINES, check_engine_kwargs, engine_class
 from search.weight_sync import WeightSync, check_weight_sync
 
 
@@ -47,7 +47,8 @@ class PoolConfig:
 
     def __post_init__(self):
         check_placement("PoolConfig", self.scheduling_strategy, self.resources)
-        engine_class(self.engine)  # raises on an unknown name, listing the known ones
+        if self.engine not in ENGINES:  # the name only: building a config (and --help) imports no engine
+            engine_class(self.engine)  # raises, listing the known ones
         check_weight_sync(self.weight_sync, self.engine, "PoolConfig.weight_sync")
         for name in ("num_actors", "max_inflight_per_actor", "prompts_per_request"):
             if getattr(self, name) < 1:
@@ -66,4 +67,5 @@ class PoolConfig:
             raise ValueError(f"PoolConfig.engine_kwargs.{key} holds a secret, which Ray would keep in its cluster "
                              f"state with the actors' arguments: put it in an environment variable on every node "
                              f"(or a file) and set engine_kwargs.{ref}")
-        check_engine_kwargs(self.engine, self.engine_kwargs)  # an actor given a wrong one crash-loops
+        if self.engine_kwargs:  # an actor given a wrong one crash-loops (this imports the engine's module)
+            check_engine_kwargs(self.engine, self.engine_kwargs)

@@ -8,23 +8,28 @@ while the experiment's lease lives (its driver renews it): without one it reads 
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 import redis
 
-from common.config import redact_secrets
+from common.config import ConfigError, redact_secrets
 from store import keys
 from store.lease import lease_key
 from store.records import dumps, loads
 
 Status = Literal["created", "running", "done", "failed", "killed"]
 STATUSES: tuple[str, ...] = ("created", "running", "done", "failed", "killed")
+SHOWN_CHANGES = 8  # changed fields a refusal names with their values; the rest are counted
+SHOWN_VALUE_CHARS = 40
+MISSING = object()  # a field one of two configs does not have
 
 
-class ConfigChanged(ValueError):
-    """A rerun's resolved config differs from the experiment's; the message lists the fields."""
+class ConfigChanged(ConfigError):
+    """A rerun's resolved config differs from the experiment's (or its workload does); the
+    message names the changed fields with old -> new values and the two ways forward."""
 
 
 @dataclass
@@ -54,6 +59,32 @@ def changed_fields(old: Any, new: Any, path: str = "") -> list[str]:
             out += changed_fields(old.get(k), new.get(k), f"{path}{k}.")
         return out
     return [] if _plain(old) == _plain(new) else [path.rstrip(".") or "(root)"]
+
+
+def value_at(config: Any, dotted: str) -> Any:
+    """The value at a dotted path of a plain config; `MISSING` where the path is absent."""
+    for part in dotted.split(".") if dotted != "(root)" else []:
+        if not isinstance(config, dict) or part not in config:
+            return MISSING
+        config = config[part]
+    return config
+
+
+def shown(value: Any, limit: int = SHOWN_VALUE_CHARS) -> str:
+    """A config value as one short token: JSON (null, "text", [1, 2]), cut at `limit` characters."""
+    if value is MISSING:
+        return "(absent)"
+    text = json.dumps(_plain(value), default=str)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def describe_changes(old: dict[str, Any], new: dict[str, Any], fields: list[str]) -> str:
+    """`search.batch 2 -> 4, iterations 1 -> 3` for the first SHOWN_CHANGES fields; both configs
+    are the redacted ones (a secret shows as "***" on both sides, and never changes the hash)."""
+    parts = [f"{f} {shown(value_at(old, f))} -> {shown(value_at(new, f))}" for f in fields[:SHOWN_CHANGES]]
+    if len(fields) > SHOWN_CHANGES:
+        parts.append(f"and {len(fields) - SHOWN_CHANGES} more")
+    return ", ".join(parts)
 
 
 def _plain(value: Any) -> Any:
@@ -86,26 +117,52 @@ class ExperimentRegistry:
         existing = self.get(name)
         if not exist_ok:
             raise ValueError(f"experiment {name!r} already exists; pick another name or resume it")
-        if existing.workload != workload:
-            raise ValueError(
-                f"experiment {name!r} is a {existing.workload!r} experiment, not {workload!r}"
-            )
+        self._refuse_change(existing, workload, config, config_hash, allow_change)
         if config_hash and existing.config_hash != config_hash:
             fields = changed_fields(existing.config, config)
-            # a record from before run identities has no hash: its stored config stands in for one
-            if (existing.config_hash or fields) and not allow_change:
-                raise ConfigChanged(
-                    f"experiment {name!r} was run with another config (changed: {', '.join(fields) or 'unknown'}; "
-                    f"hash {existing.config_hash or 'none recorded'} -> {config_hash}); its archive and models belong to the old "
-                    "one. Resume with the same config, run under a new experiment name, or pass "
-                    "--allow-config-change to continue this experiment with the new config (recorded)."
-                )
             if existing.config_hash or fields:
+                values = {f: [None if v is MISSING else v for v in (value_at(existing.config, f), value_at(config, f))]
+                          for f in fields}  # old, new: both redacted (`ratchet runs show` prints them)
                 existing.config_changes.append({"at": now, "from": existing.config_hash, "to": config_hash,
-                                                "fields": fields})
+                                                "fields": fields, "values": values})
             existing.config, existing.config_hash, existing.updated = config, config_hash, now
             self.client.hset(keys.experiments(), name, dumps(asdict(existing)))
         return existing
+
+    def check_rerun(self, name: str, workload: str, config: dict[str, Any], config_hash: str,
+                    allow_change: bool = False) -> None:
+        """Refuse, without writing anything, what `create(..., exist_ok=True)` would refuse: the
+        job runner asks before Ray starts, so a changed config costs a second, not Ray's start."""
+        raw = self.client.hget(keys.experiments(), keys.check_name(name))
+        if raw is not None:
+            self._refuse_change(Experiment(**loads(raw)), workload, redact_secrets(config), config_hash, allow_change)
+
+    def _refuse_change(self, existing: Experiment, workload: str, config: dict[str, Any], config_hash: str,
+                       allow_change: bool) -> None:
+        """ConfigChanged when `existing` is another workload's, or was run with another config
+        (`config` redacted) and the caller did not allow the change. One line: the changed fields
+        with old -> new values, then the two ways forward."""
+        name = existing.name
+        if existing.workload != workload:
+            raise ConfigChanged(f"experiment={name!r} is a {existing.workload!r} experiment, not {workload!r}: "
+                                f"choose another name (experiment={self._free_name(name)})")
+        if not config_hash or existing.config_hash == config_hash or allow_change:
+            return
+        fields = changed_fields(existing.config, config)
+        if not (existing.config_hash or fields):  # a record from before run identities, with the same config
+            return
+        changes = (describe_changes(existing.config, config, fields) if fields
+                   else f"no field of the recorded config (hash {existing.config_hash} -> {config_hash})")
+        raise ConfigChanged(
+            f"experiment={name!r} was run with another config (changed: {changes}); its archive and models "
+            f"belong to the old one. Run the new config under a new name (experiment={self._free_name(name)}), "
+            "or pass --allow-config-change to continue this experiment with it (its archive and models "
+            "carry on; the change is recorded)")
+
+    def _free_name(self, name: str) -> str:
+        """`name-2` (or the first free `name-N`): a suggestion for a new experiment name."""
+        taken = set(self.names())
+        return next(f"{name}-{i}" for i in range(2, len(taken) + 3) if f"{name}-{i}" not in taken)
 
     def get(self, name: str) -> Experiment:
         raw = self.client.hget(keys.experiments(), keys.check_name(name))

@@ -104,7 +104,8 @@ def test_the_short_demo_is_the_full_run_with_smaller_budgets_and_keeps_its_contr
     assert demo.iterations == 2 and demo.controls.seed_only and demo.controls.measures(1)
     assert len(demo.controls.seeds) >= 2  # a paired interval needs two seeds
     assert demo.learn.max_steps < full.learn.max_steps
-    check_soar(demo)
+    # tasks, checkpoints, adapters; the engine's check wants vllm importable, which only .venv-vllm has
+    check_soar(replace(demo, sampler=replace(demo.sampler, engine="transformers", engine_kwargs={})))
 
 
 def test_the_shipped_adapter_saw_no_demo_task():
@@ -128,8 +129,9 @@ def tiny_arc_adapter(tmp_path_factory, untrained_model) -> Path:
 def test_soar_searches_with_the_adapter_merged_and_refuses_tasks_it_saw(tiny_arc_adapter, store, experiment_name,
                                                                         ratchet_home, monkeypatch):
     monkeypatch.setenv("RATCHET_HOME", str(ratchet_home))
+    here = ["sampler.engine=transformers", "sampler.engine_kwargs={}"]  # vllm imports only in .venv-vllm
     cfg = load_config(CONFIGS / "soar-smollm-arc.yaml", SoarConfig,
-                      [f"experiment={experiment_name}", f"model.checkpoint={tiny_arc_adapter}"])
+                      [f"experiment={experiment_name}", f"model.checkpoint={tiny_arc_adapter}", *here])
     check_soar(cfg)
     v0 = base_model(cfg, store, sorted({*cfg.tasks.ids, *cfg.tasks.heldout_ids}))
     assert v0.checkpoint == adapters.merged_checkpoint(tiny_arc_adapter, home=ratchet_home)
@@ -138,7 +140,7 @@ def test_soar_searches_with_the_adapter_merged_and_refuses_tasks_it_saw(tiny_arc
     seen = json.loads((tiny_arc_adapter / TRAINING_TASKS).read_text())[0]
     leaky = load_config(CONFIGS / "soar-smollm-arc.yaml", SoarConfig,
                         [f"experiment={experiment_name}-b", f"model.checkpoint={tiny_arc_adapter}",
-                         f"tasks.heldout_ids=[{seen}]"])
+                         f"tasks.heldout_ids=[{seen}]", *here])
     with pytest.raises(ConfigError, match=seen):
         check_soar(leaky)
     with pytest.raises(ValueError, match=seen):

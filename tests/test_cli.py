@@ -181,6 +181,29 @@ def test_bad_paths_ids_and_sources_refuse_before_anything_starts(job, argv, mess
     assert ray.is_initialized() == initialized  # no Ray started for a config that cannot run
 
 
+def test_a_missing_path_names_the_file_or_the_command_line_that_set_it(tmp_path, capsys):
+    """Where the value was set, as every other config error says, not only where it was looked for."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("model: ckpt/gone\n")
+    code, _, err = run_cli(scaling, ["--config", str(mine), "--dry-run"], capsys)
+    assert one_line_error(code, err, "python -m ray_jobs.scaling").startswith(
+        f"python -m ray_jobs.scaling: error: {mine}: model='ckpt/gone': no such checkpoint directory")
+    code, _, err = run_cli(scaling, ["--config", str(mine), "--dry-run", "model=/ckpt/qwen"], capsys)
+    assert one_line_error(code, err, "python -m ray_jobs.scaling").startswith(
+        "python -m ray_jobs.scaling: error: command line (model=/ckpt/qwen): model='/ckpt/qwen': no such")
+    mine.write_text("mix:\n  enabled: true\n  checkpoints: {other: models/no-such-model}\n")
+    code, _, err = run_cli(soar, ["--config", str(mine), "--dry-run"], capsys)
+    assert one_line_error(code, err, "python -m ray_jobs.soar").startswith(
+        f"python -m ray_jobs.soar: error: {mine}: mix.checkpoints.other='models/no-such-model': no such checkpoint")
+
+
+def test_overrides_may_come_after_the_options(capsys):
+    code, out, _ = run_cli(soar, ["--config", "configs/soar-demo.yaml", "--iterations", "3", "search.batch=4",
+                                  "--print-config", "experiment=mine"], capsys)
+    printed = yaml.safe_load(out)
+    assert code == 0 and (printed["iterations"], printed["search"]["batch"], printed["experiment"]) == (3, 4, "mine")
+
+
 @pytest.mark.parametrize("job, config", [(soar, "configs/soar-demo.yaml"), (scaling, "configs/scaling-demo.yaml"),
                                          (tpo, "configs/tpo-demo.yaml")])
 def test_the_shipped_demo_configs_pass_a_dry_run(job, config, capsys):
@@ -219,6 +242,18 @@ def test_help_lists_every_field_with_default_and_comment(job, lines, capsys):
     for line in lines:
         assert any(have == line or (line.startswith("  --") and have.startswith(line + " "))
                    for have in out.splitlines()), line
+
+
+@pytest.mark.parametrize("job", ["soar", "scaling", "tpo", "sft_demo"])
+def test_help_imports_no_torch_trl_or_vllm(job):
+    """`--help` took 10-22 s: every job's config imported torch (the seed model's config, the
+    default engine's class). It needs the config classes only."""
+    code = (f"import sys\nfrom ray_jobs import {job}\ntry:\n    {job}.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft', 'vllm') if m in sys.modules))")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "config fields" in proc.stdout and proc.stdout.splitlines()[-1] == "[]"
 
 
 def test_serve_help_lists_its_fields(capsys):

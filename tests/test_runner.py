@@ -19,6 +19,7 @@ import pytest
 import ray
 import yaml
 
+from common.config import config_hash, to_dict
 from ray_jobs import runner
 
 log = logging.getLogger("toy")
@@ -85,6 +86,13 @@ def test_the_run_dir_keeps_the_whole_log_and_the_console_a_line_per_step(ray_loc
     err = capsys.readouterr().err
     assert "iteration 1 (v1): solved 7 (+1)" in err and "seed 3" not in err
     assert logging.getLogger("evolution").level == logging.NOTSET  # the run's levels end with it
+
+
+def test_overrides_may_follow_the_options(tmp_path, experiment_name):
+    """`--iterations 3 search.batch=4`: argparse took overrides only before the first option."""
+    cfg = runner.parse(TOY, ["--iterations", "3", f"experiment={experiment_name}", "--print-config",
+                             f"runs_dir={tmp_path}"])
+    assert (cfg.iterations, cfg.experiment, cfg.runs_dir) == (3, experiment_name, str(tmp_path))
 
 
 def test_a_job_that_raises_is_failed_with_the_error(ray_local, store, tmp_path, experiment_name):
@@ -179,6 +187,65 @@ def test_a_rerun_with_another_config_refuses_unless_allowed_and_the_change_is_re
     assert record.config["iterations"] == 2 and record.config_hash != first.config_hash
     assert [c["fields"] for c in record.config_changes] == [["iterations"]]
     assert record.config_changes[0]["from"] == first.config_hash
+    assert record.config_changes[0]["values"] == {"iterations": [1, 2]}  # `ratchet runs show` prints them
+
+
+RERUN = textwrap.dedent("""
+    import sys
+    from dataclasses import dataclass, field
+
+    import ray
+
+    from ray_jobs import runner
+
+    @dataclass
+    class ToyConfig:  # tests/test_runner.py's, field for field: the same config hashes the same
+        experiment: str = "toy"
+        runs_dir: str = "runs"
+        fail: bool = False
+        iterations: int = 1
+        engine_kwargs: dict = field(default_factory=dict)
+        queue_url: str = ""
+
+    try:
+        runner.main(runner.JobSpec(workload="toy", config_cls=ToyConfig, run=lambda cfg, ctx: {}, doc="A toy job.",
+                                   iterations_flag=True),
+                    sys.argv[1:])
+    finally:
+        print(f"ray started: {ray.is_initialized()}")
+""")
+
+
+def test_a_changed_config_is_refused_before_ray_starts_in_one_line_with_old_and_new_values(
+        store, tmp_path, experiment_name):
+    """A rerun with another config: exit 2 and one `prog: error:` line naming each changed field
+    with its old -> new value and both ways forward, before a local Ray starts; no secret shown."""
+    def url(password, port):
+        return f"redis://:{password}@queue.internal:{port}/0"
+
+    base = [f"experiment={experiment_name}", f"runs_dir={tmp_path}", f"engine_kwargs={{api_key: {SECRET}}}"]
+    first = runner.parse(TOY, [*base, f"queue_url={url(REDIS_PASSWORD, 6380)}"])
+    store.experiments.create(experiment_name, "toy", to_dict(first), config_hash=config_hash(first))
+    script = tmp_path / "rerun.py"
+    script.write_text(RERUN)
+    env = os.environ | {"PYTHONPATH": str(Path(runner.__file__).parents[1])}
+    env.pop("RAY_ADDRESS", None)  # a local run: Ray would start in the driver
+    rotated = "sk-live-rotated-9876543210"
+    proc = subprocess.run([sys.executable, str(script), f"experiment={experiment_name}", f"runs_dir={tmp_path}",
+                           f"engine_kwargs={{api_key: {rotated}}}", f"queue_url={url('other-pass-5678', 6381)}",
+                           "--iterations", "3"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert (proc.returncode, proc.stdout) == (2, "ray started: False\n"), proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"python -m ray_jobs.toy: error: experiment={experiment_name!r} was run with another config (changed: "
+        'iterations 1 -> 3, queue_url "redis://:***@queue.internal:6380/0" -> "redis://:***@queue.internal:6381/0"); '
+        f"its archive and models belong to the old one. Run the new config under a new name "
+        f"(experiment={experiment_name}-2), or pass --allow-config-change to continue this experiment with it "
+        "(its archive and models carry on; the change is recorded)"]
+    for secret in (SECRET, rotated, REDIS_PASSWORD, "other-pass-5678"):
+        assert secret not in proc.stderr
+    assert not (tmp_path / experiment_name).exists()  # no run dir, no config.yaml written
+    assert store.experiments.get(experiment_name).config_hash == config_hash(first)
 
 
 DRIVER = textwrap.dedent("""

@@ -42,9 +42,10 @@ class EchoBackend:
 
     def __init__(self):
         self.params: SamplingParams | None = None
+        self.prompts: list | None = None
 
     async def generate(self, prompts, params: SamplingParams):
-        self.params = params
+        self.params, self.prompts = params, list(prompts)
         rows = []
         for i, p in enumerate(prompts):
             text = p if isinstance(p, str) else p[-1]["content"]
@@ -239,6 +240,52 @@ def test_unknown_model_gets_404(client):
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
 
 
+def test_vllms_continue_final_message_prefills_the_final_assistant_message(client, backend):
+    """The openai engine's prefilled chats (scaling's constrained verdicts, TPO's thought marker) send
+    vLLM's continue_final_message with add_generation_prompt=false; ratchet serve refused it as an
+    unknown field, after a whole run of candidates had been sampled (issue #47)."""
+    from common.sampling import PREFILL, is_prefilled
+
+    turns = [{"role": "user", "content": "3+4?"}, {"role": "assistant", "content": "Verdict:"}]
+    body = {"messages": turns, "continue_final_message": True, "add_generation_prompt": False}
+    r = client.post("/v1/chat/completions", json=body, headers=AUTH)
+    assert r.status_code == 200, r.text
+    assert is_prefilled(backend.prompts[0]) and backend.prompts[0][0] == turns[0]  # only the last one is marked
+    r = client.post("/v1/chat/completions", json={"messages": turns}, headers=AUTH)  # a closed turn: not continued
+    assert r.status_code == 200 and not any(PREFILL in m for m in backend.prompts[0])
+    refused = [({"messages": turns, "continue_final_message": True}, "add_generation_prompt=true"),  # vLLM refuses it too
+               ({"messages": turns[:1], "continue_final_message": True, "add_generation_prompt": False},
+                "must be the assistant's"),
+               ({"messages": turns, "add_generation_prompt": False}, "only with continue_final_message"),
+               (body | {"search": {"k": 2}}, "continue_final_message")]
+    for request, needle in refused:
+        r = client.post("/v1/chat/completions", json=request, headers=AUTH)
+        assert r.status_code == 400 and needle in r.json()["error"]["message"], r.text
+
+
+def test_a_model_answers_to_its_aliases_and_lists_them():
+    """A pinned model (`ratchet serve model=pretrained:<name>`) answers to <name>, `pretrained:<name>`
+    and its converted directory's name; before, only the directory's hashed name was served."""
+    from search.serve.config import ServeConfig, settings_from
+
+    settings = settings_from(ServeConfig(model="pretrained:smollm2-135m-instruct"), env={},
+                             checkpoint="/home/u/.ratchet/pretrained/smollm2-135m-instruct-3f9a1c")
+    assert settings.served_name == "smollm2-135m-instruct"
+    assert settings.aliases == ("pretrained:smollm2-135m-instruct", "smollm2-135m-instruct-3f9a1c")
+    named = settings_from(ServeConfig(model="pretrained:smollm2-135m-instruct", model_name="smollm2"), env={},
+                          checkpoint="/x/smollm2-135m-instruct-3f9a1c")
+    assert (named.served_name, named.aliases) == ("smollm2", ())  # a name given is the only one
+    plain = settings_from(ServeConfig(model="models/tpo-arith-seed"), env={})
+    assert (plain.served_name, plain.aliases) == ("tpo-arith-seed", ())
+
+    app = TestClient(build_app(EchoBackend(), model_name=settings.served_name, aliases=settings.aliases))
+    assert [m["id"] for m in app.get("/v1/models").json()["data"]] == ["smollm2-135m-instruct", *settings.aliases]
+    for name in ["smollm2-135m-instruct", *settings.aliases]:
+        assert app.post("/v1/completions", json={"prompt": "x", "model": name}).status_code == 200
+    r = app.post("/v1/completions", json={"prompt": "x", "model": "smollm2"})
+    assert r.status_code == 404 and "pretrained:smollm2-135m-instruct" in r.json()["error"]["message"]
+
+
 def test_too_long_prompt_is_rejected_alone_and_the_service_keeps_serving(client):
     r = client.post("/v1/completions", json={"prompt": ["ok", "LONG"]}, headers=AUTH)
     assert r.status_code == 400 and r.json()["error"]["code"] == "context_length_exceeded"
@@ -330,6 +377,19 @@ def test_openai_engine_against_the_service(service):
     assert (c.finish_reason, c.prompt_tokens, c.completion_tokens) == ("stop", 12, 3)
 
 
+def test_a_prefilled_chat_through_the_service_continues_as_the_engine_does(service, models):
+    """ratchet serve continues a prefilled assistant message exactly as its engine does in-process
+    (the openai engine sends vLLM's continue_final_message; it was refused as an unknown field)."""
+    from common.sampling import prefilled
+    from search.engines.hf import TransformersEngine
+
+    prompt = prefilled([{"role": "user", "content": "map 3 1 4 =>"}], "map 3 1 4 =>")
+    params = SamplingParams(n=1, temperature=0, max_tokens=6)
+    served = OpenAIEngine(service, api_key=KEY, model="tiny").generate([prompt], params)[0][0].text
+    local = TransformersEngine(models["trained"], num_threads=1).generate([prompt], params)[0][0].text
+    assert served == local
+
+
 def test_service_samples_with_seeds_and_stops(service):
     engine = OpenAIEngine(service, api_key=KEY)
     params = SamplingParams(n=2, temperature=1.0, max_tokens=6, seed=11, stop=["\n"])
@@ -337,8 +397,10 @@ def test_service_samples_with_seeds_and_stops(service):
 
 
 def test_service_requires_the_token(service):
-    with pytest.raises(openai.AuthenticationError):
+    # a refused key is the request's fault, the same on every actor: a ValueError, never retried
+    with pytest.raises(ValueError, match=r"rejected the request \(401\)") as refused:
         OpenAIEngine(service, model="tiny", api_key="wrong").generate(["map 1 =>"], SamplingParams())
+    assert isinstance(refused.value.__cause__, openai.AuthenticationError)
     assert httpx.get(f"{service}/models").status_code == 401
 
 

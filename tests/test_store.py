@@ -319,7 +319,7 @@ def test_a_changed_config_names_only_the_fields_that_changed(store, experiment_n
         return {"filters": {"refine_ignores": ()}, "learn": {"drop": ("identity", "long_line"), "micro_batch": micro_batch}}
 
     store.experiments.create(experiment_name, "soar", config(None), config_hash="h1")
-    with pytest.raises(ConfigChanged, match=r"changed: learn\.micro_batch;"):
+    with pytest.raises(ConfigChanged, match=r"changed: learn\.micro_batch null -> 2\)"):
         store.experiments.create(experiment_name, "soar", config(2), exist_ok=True, config_hash="h2")
     legacy = f"{experiment_name}-legacy"
     store.experiments.create(legacy, "soar", config(None))  # no hash: adopted when its config is the same

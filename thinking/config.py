@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from common.tracking import TrackingConfig
-from search.pool import PoolConfig
+from search.pool_config import PoolConfig
 from thinking.pairs import PairsConfig
 from thinking.prompts import DirectPromptConfig, ThoughtPromptConfig
 from verifiers.judges.registry import EXAMPLE, JUDGES, known_kind

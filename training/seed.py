@@ -23,9 +23,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-
 from common.config import redact_secrets
 from common.logs import setup_logging
 from common.progress import mode as progress_mode
@@ -33,8 +30,6 @@ from store.codehash import content_hash
 from store.server import ratchet_home
 from training.checkpoints import CheckpointExists
 from training.corpora import load_corpus, named_function
-from training.sft import SFTJobConfig, train_sft
-from training.tokenizer import train_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +95,9 @@ def cache_key(cfg: SeedConfig, rows: list[dict[str, str]]) -> str:
 
 def init_model(cfg: SeedConfig, tokenizer, out_dir: Path) -> int:
     """Save a randomly initialised Llama with the tokenizer; returns the parameter count."""
+    # imported here, not at the top: SeedConfig is part of every job's config, and --help needs no torch
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(cfg.seed)
     config = LlamaConfig(
@@ -120,6 +118,9 @@ def init_model(cfg: SeedConfig, tokenizer, out_dir: Path) -> int:
 
 def build_seed_model(cfg: SeedConfig, progress: bool = True) -> SeedResult:
     """Return the cached seed model for cfg, building it first when it is not cached."""
+    # TRL and transformers: only for a build (see init_model)
+    from training.sft import SFTJobConfig, train_sft
+    from training.tokenizer import train_tokenizer
 
     rows = load_corpus(cfg.corpus, cfg.n, cfg.seed, cfg.corpus_kwargs)
     key = cache_key(cfg, rows)

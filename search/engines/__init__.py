@@ -22,6 +22,13 @@ ENGINES: dict[str, str] = {
     "openai": "search.engines.openai_engine:OpenAIEngine",
 }
 
+# The packages each engine imports when it starts (ray_jobs.checks finds them before a job does).
+ENGINE_PACKAGES: dict[str, tuple[str, ...]] = {
+    "transformers": ("torch", "transformers"),
+    "vllm": ("vllm",),
+    "openai": ("openai",),
+}
+
 
 def engine_class(name: str) -> type:
     if name not in ENGINES:
@@ -36,6 +43,13 @@ def engine_arguments(name: str) -> list[str] | None:
     if any(p.kind is p.VAR_KEYWORD for p in params):
         return None
     return [p.name for p in params if p.name != "checkpoint"]
+
+
+def required_arguments(name: str) -> list[str]:
+    """The keyword arguments engine `name` cannot start without (the checkpoint aside)."""
+    params = list(inspect.signature(engine_class(name).__init__).parameters.values())[1:]
+    return [p.name for p in params if p.default is p.empty and p.name != "checkpoint"
+            and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
 
 
 def check_engine_kwargs(name: str, kwargs: dict[str, Any], field: str = "sampler.engine_kwargs") -> None:
@@ -59,4 +73,5 @@ def make_engine(name: str, **kwargs: Any) -> Engine:
     return engine_class(name)(**resolve_secret_refs(kwargs, "engine_kwargs"))
 
 
-__all__ = ["ENGINES", "Engine", "check_engine_kwargs", "engine_arguments", "engine_class", "make_engine"]
+__all__ = ["ENGINES", "ENGINE_PACKAGES", "Engine", "check_engine_kwargs", "engine_arguments", "engine_class",
+           "make_engine", "required_arguments"]

@@ -4,8 +4,14 @@ Plain-text prompts go to /v1/completions (batched, several prompts per request);
 messages go to /v1/chat/completions, one conversation per request. Requests run
 concurrently under a limit and are retried by the openai SDK itself (`max_retries`: on 408,
 409, 429, 5xx, timeouts and dropped connections, waiting as the server's `Retry-After` says,
-else with exponential backoff and jitter). `load(name)` switches the served model name used
-in requests: a remote server loads its own checkpoints.
+else with exponential backoff and jitter).
+
+The model name requests send: `model` (engine_kwargs.model, the name the server serves) when
+it is set, whatever checkpoint the pool hands the engine: that checkpoint is then the job's
+local copy of what the server serves (SOAR's model.checkpoint), not a name the server knows.
+Without `model`, `load(name)` names the served model (scaling's `model:`), and without either
+the server's first model is used. `probe_server` asks a server, before a job samples, what it
+serves and whether it takes the vLLM extensions the job will send (ray_jobs/checks.py).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import openai
@@ -56,12 +62,15 @@ def request_groups(prompts: Sequence[Prompt], params: SamplingParams, size: int
     return [(g, replace(params, seed=params.seed + g[0])) for g in groups]
 
 
+RETRIED = (408, 409, 429)  # the 4xx statuses the openai SDK retries: a busy or slow server, not a bad request
+
+
 class OpenAIEngine:
     def __init__(
         self,
         base_url: str,  # e.g. http://127.0.0.1:8000/v1
         *,
-        model: str | None = None,  # None: the first model the server lists
+        model: str | None = None,  # the served model name to send; None: the loaded name, else the server's first
         api_key: str | None = None,  # None: "EMPTY" (servers without auth ignore it)
         max_concurrency: int = 16,  # HTTP requests in flight at once
         max_retries: int = 4,  # the SDK's retries per request on 408/409/429/5xx/timeouts/dropped connections
@@ -74,7 +83,9 @@ class OpenAIEngine:
             if value < low:
                 raise ValueError(f"{name}={value} must be >= {low}")
         self.base_url = base_url
+        self.served = model  # the configured name: sent whatever checkpoint is loaded
         self.model = model
+        self._local: str | None = None  # the first checkpoint loaded with `served` set: the local copy
         self.api_key = api_key or "EMPTY"
         self.max_concurrency = max_concurrency
         self.max_retries = max_retries
@@ -87,7 +98,17 @@ class OpenAIEngine:
         self._client_loop: Any = None
 
     def load(self, checkpoint: str, version: str | None = None) -> None:
-        self.model = checkpoint
+        """Without a configured `model`, `checkpoint` is the served name to send. With one, the
+        first checkpoint is the local copy of what the server serves and the name stays; a later,
+        other checkpoint (a version the job trained) is refused: the server does not serve it."""
+        if self.served is None:
+            self.model = checkpoint
+        elif self._local is None:
+            self._local = checkpoint
+        elif checkpoint not in (self._local, self.served):
+            raise ValueError(f"the openai engine cannot switch to {version or checkpoint} ({checkpoint}): the server "
+                             f"at {self.base_url} serves {self.served!r}, not a checkpoint this job trained; sample "
+                             "trained versions with sampler.engine=transformers or vllm")
         self.version = version or checkpoint
 
     def _client_for_loop(self) -> Any:
@@ -215,11 +236,15 @@ class OpenAIEngine:
         try:
             async with self._semaphore:
                 return await call(**kwargs)
-        except openai.BadRequestError as e:  # never retried: the request itself is wrong
+        except openai.APIStatusError as e:
+            if e.status_code in RETRIED or e.status_code >= 500:  # the SDK's retries are spent: the server's fault
+                raise
+            # any other 4xx (a bad field, an unknown model, a refused key) is the request's own
+            # fault, the same on every actor and every try: a ValueError, never retried
             message = _error_message(e)
             if "context length" in message:
                 raise ContextLengthError(message) from e
-            raise ValueError(f"{self.base_url} rejected the request: {message}") from e
+            raise ValueError(f"{self.base_url} rejected the request ({e.status_code}): {message}") from e
 
 
 def _entry(token: str, logprob: float, top: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -244,4 +269,83 @@ def _chat_logprobs(lp: Any) -> list[dict[str, Any]] | None:
 
 def _error_message(e: openai.APIStatusError) -> str:
     body = e.body if isinstance(e.body, dict) else {}
+    if isinstance(body.get("error"), dict):  # some servers nest it: {"error": {"message": ...}}
+        body = body["error"]
     return str(body.get("message") or e.message)
+
+
+# --- what a server serves and takes, asked before a job samples ----------------------------------
+# vLLM's request extensions a job may send (vllm serve and ratchet serve take both; OpenAI's API
+# neither): structured_outputs constrains the output (SamplingParams.regex), continue_final_message
+# continues a prefilled assistant message (common.sampling.prefilled).
+EXTENSIONS = ("structured_outputs", "continue_final_message")
+
+
+class ServerUnavailable(Exception):
+    """The server cannot be asked: one line saying why; `kind` says what to fix: "unreachable"
+    (no answer), "auth" (a refused key), "path" (no /models there), "failed" (a 5xx)."""
+
+    def __init__(self, message: str, kind: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class ServerProbe:
+    models: list[str]  # the ids GET /models lists, in its order
+    # extension -> the server's answer to a 1-token request carrying it (absent: it took it)
+    refused: dict[str, str] = field(default_factory=dict)
+
+
+def probe_server(base_url: str, *, api_key: str | None = None, model: str | None = None,
+                 needs: Sequence[str] = (), chat: bool = False, timeout_s: float = 30.0) -> ServerProbe:
+    """Ask `base_url` what it serves (GET /models) and, when `model` (None: its first) is served,
+    whether it takes each extension in `needs`: one 1-token request each, as a chat when the job
+    sends chats (`chat`; continue_final_message always is one). No retries: this runs before a
+    job starts, where a wrong URL or key should be said at once."""
+    unknown = sorted(set(needs) - set(EXTENSIONS))
+    if unknown:
+        raise ValueError(f"probe_server: unknown extensions {unknown}; known: {list(EXTENSIONS)}")
+    client = openai.OpenAI(base_url=base_url, api_key=api_key or "EMPTY", max_retries=0, timeout=timeout_s)
+    try:
+        try:
+            models = [m.id for m in client.models.list().data]
+        except openai.APIStatusError as e:
+            kind = {401: "auth", 403: "auth", 404: "path"}.get(e.status_code, "failed")
+            raise ServerUnavailable(f"GET /models answered {e.status_code} ({_error_message(e)})", kind) from None
+        except (openai.APIConnectionError, openai.APITimeoutError) as e:
+            cause = e.__cause__ or e
+            raise ServerUnavailable(f"no server answers there ({type(cause).__name__}: {cause})",
+                                    "unreachable") from None
+        name = model or (models[0] if models else None)
+        refused: dict[str, str] = {}
+        if name in models:
+            for extension in needs:
+                try:
+                    _extension_request(client, name, extension, chat)
+                except openai.APIStatusError as e:
+                    if e.status_code in (401, 403) or e.status_code >= 500:
+                        raise ServerUnavailable(f"a 1-token request with {extension} answered {e.status_code} "
+                                                f"({_error_message(e)})",
+                                                "auth" if e.status_code < 500 else "failed") from None
+                    refused[extension] = f"{e.status_code}: {_error_message(e)}"
+                except (openai.APIConnectionError, openai.APITimeoutError) as e:
+                    raise ServerUnavailable(f"no answer to a 1-token request within {timeout_s:g} s "
+                                            f"({type(e).__name__})", "unreachable") from None
+        return ServerProbe(models, refused)
+    finally:
+        client.close()
+
+
+def _extension_request(client: Any, model: str, extension: str, chat: bool) -> None:
+    """One request of 1 token that carries `extension` (vLLM's spelling, as the engine sends it)."""
+    base: dict[str, Any] = dict(model=model, max_tokens=1, temperature=0.0)
+    if extension == "continue_final_message":
+        client.chat.completions.create(
+            messages=[{"role": "user", "content": "Answer yes or no."}, {"role": "assistant", "content": "Answer:"}],
+            extra_body={"continue_final_message": True, "add_generation_prompt": False}, **base)
+    elif chat:
+        client.chat.completions.create(messages=[{"role": "user", "content": "Answer 0 or 1."}],
+                                       extra_body={"structured_outputs": {"regex": "[01]"}}, **base)
+    else:
+        client.completions.create(prompt="0 or 1:", extra_body={"structured_outputs": {"regex": "[01]"}}, **base)

@@ -74,10 +74,13 @@ def internal_error(e: BaseException) -> dict[str, Any]:
                       "server_error", code="internal_error")
 
 
-def build_app(backend: Backend, *, model_name: str, api_key: str | None = None, api_key_sha256: str | None = None,
-              limits: ServeLimits | None = None, chat_max_tokens: int = 256,
+def build_app(backend: Backend, *, model_name: str, aliases: Sequence[str] = (), api_key: str | None = None,
+              api_key_sha256: str | None = None, limits: ServeLimits | None = None, chat_max_tokens: int = 256,
               reasoning: ReasoningSplit | None = None) -> FastAPI:
-    """`api_key` (or only its `api_key_sha256`, as replicas get it): the bearer token every
+    """`model_name`: the id /v1/models lists first and responses carry; `aliases`: other ids the
+    model answers to (listed after it, as vLLM lists its served names).
+
+    `api_key` (or only its `api_key_sha256`, as replicas get it): the bearer token every
     path but /health requires; neither: open access. `chat_max_tokens` is the default when a
     chat request sets neither max_tokens field.
 
@@ -89,9 +92,12 @@ def build_app(backend: Backend, *, model_name: str, api_key: str | None = None, 
     app = FastAPI(title="ratchet", description="OpenAI-compatible sampling over ratchet's SamplerPool")
     app.add_middleware(RequestGuard, api_key_sha256=digest, max_body_bytes=limits.max_body_bytes)
 
+    names = [model_name, *(a for a in dict.fromkeys(aliases) if a != model_name)]
+
     def check_model(model: str | None) -> None:
-        if model is not None and model != model_name:
-            raise APIError(404, f"the model {model!r} does not exist; this server serves {model_name!r}",
+        if model is not None and model not in names:
+            served = repr(model_name) if len(names) == 1 else f"{model_name!r} (also named {names[1:]})"
+            raise APIError(404, f"the model {model!r} does not exist; this server serves {served}",
                            param="model", code="model_not_found")
 
     def params_or_400(req: CompletionRequest | ChatCompletionRequest, max_tokens: int) -> SamplingParams:
@@ -157,8 +163,8 @@ def build_app(backend: Backend, *, model_name: str, api_key: str | None = None, 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         return {"object": "list", "data": [
-            {"id": model_name, "object": "model", "created": int(time.time()), "owned_by": "ratchet",
-             "version": backend.version},
+            {"id": name, "object": "model", "created": int(time.time()), "owned_by": "ratchet",
+             "version": backend.version} for name in names
         ]}
 
     @app.post("/v1/completions", response_model=None)
@@ -175,8 +181,8 @@ def build_app(backend: Backend, *, model_name: str, api_key: str | None = None, 
     @app.post("/v1/chat/completions", response_model=None)
     async def chat(req: ChatCompletionRequest) -> dict[str, Any] | StreamingResponse:
         max_tokens = next((m for m in (req.max_completion_tokens, req.max_tokens) if m is not None), chat_max_tokens)
-        messages = [m.model_dump() for m in req.messages]
         params = params_or_400(req, max_tokens)
+        messages = req.prompt_messages()
         if req.search is not None:
             return await searched_chat(req, messages, params)
         if req.stream:

@@ -12,6 +12,7 @@ import ipaddress
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 from common.config import ConfigError
@@ -25,6 +26,7 @@ from search.serve.guard import (
 )
 from search.serve.limits import ServeLimits
 from search.serve.protocol import ReasoningSplit
+from training import pretrained
 
 # the old --flags and the one name each has now
 OLD_FLAGS = {
@@ -42,7 +44,9 @@ class ServeConfig:
     model: str = ""  # a Hugging Face checkpoint dir to serve (or set experiment instead)
     experiment: str = ""  # serve a model registry version of this experiment (instead of model)
     version: str = ""  # registry version of experiment (default: its current one)
-    model_name: str = ""  # the id clients send as "model" (default: experiment or the dir's name)
+    # the id clients send as "model" (default: the experiment, or the dir's name; pretrained:<name>
+    # serves as <name> and answers to pretrained:<name> and its converted dir's name as well)
+    model_name: str = ""
     sampler: PoolConfig = field(default_factory=PoolConfig)  # engine, engine_kwargs, Ray actors (search/pool.py)
     host: str = "127.0.0.1"  # 0.0.0.0 to accept other machines
     port: int = 8000
@@ -86,8 +90,20 @@ def old_flag(argv: list[str]) -> str | None:
     return None
 
 
-def settings_from(cfg: ServeConfig, env: Mapping[str, str] | None = None) -> ServeSettings:
-    """The deployment's settings; the API key is read from the environment or a 0400 file."""
+def served_names(cfg: ServeConfig, checkpoint: str) -> tuple[str | None, tuple[str, ...]]:
+    """(model_name, aliases). A pinned model (model=pretrained:<name>) is served as <name> and also
+    answers to `pretrained:<name>` (what a job's config names it) and to its converted directory's
+    name; model_name=NAME names any model alone; else (None) the experiment or the dir's name."""
+    if cfg.model_name or not cfg.model.startswith(pretrained.PREFIX):
+        return cfg.model_name or None, ()
+    name = cfg.model[len(pretrained.PREFIX):]
+    return name, tuple(dict.fromkeys(a for a in (cfg.model, Path(checkpoint.rstrip("/")).name) if a != name))
+
+
+def settings_from(cfg: ServeConfig, env: Mapping[str, str] | None = None, checkpoint: str | None = None
+                  ) -> ServeSettings:
+    """The deployment's settings; the API key is read from the environment or a 0400 file.
+    `checkpoint`: the dir cfg.model resolved to (a pinned model's, once fetched); default cfg.model."""
     env = os.environ if env is None else env
     try:
         limits = ServeLimits.from_dict(cfg.limits)
@@ -98,8 +114,10 @@ def settings_from(cfg: ServeConfig, env: Mapping[str, str] | None = None) -> Ser
         raise ConfigError(f"host={cfg.host} accepts other machines, and no API key is set: set ${API_KEY_ENV} "
                           f"(or ${API_KEY_FILE_ENV}, api_key_env=VAR, api_key_file=PATH), or allow_no_auth=true")
     pool = replace(cfg.sampler, experiment=cfg.experiment or None)
-    return ServeSettings(pool=pool, checkpoint=cfg.model or None, version=cfg.version or None,
-                         model_name=cfg.model_name or None, api_key=api_key, limits=limits,
+    checkpoint = checkpoint or cfg.model or None
+    model_name, aliases = served_names(cfg, checkpoint or "")
+    return ServeSettings(pool=pool, checkpoint=checkpoint, version=cfg.version or None,
+                         model_name=model_name, aliases=aliases, api_key=api_key, limits=limits,
                          chat_max_tokens=cfg.chat_max_tokens,
                          reasoning=ReasoningSplit(cfg.thought_marker, cfg.response_marker)
                          if cfg.thought_marker else None)

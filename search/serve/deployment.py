@@ -29,6 +29,7 @@ class ServeSettings:
     checkpoint: str | None = None  # a Hugging Face checkpoint dir; or use pool.experiment
     version: str | None = None  # registry version in pool.experiment; None: its current version
     model_name: str | None = None  # the id clients send as "model"; default: experiment or checkpoint name
+    aliases: tuple[str, ...] = ()  # other ids it answers to (a pinned model's pretrained: name, its dir's name)
     # The bearer token: only its SHA-256 is kept, so the key never enters Ray's cluster state
     # (these settings are the deployment's init args). None: no auth.
     api_key: InitVar[str | None] = None
@@ -92,7 +93,7 @@ class OpenAIServer:
 
     def __serve_build_asgi_app__(self) -> Any:
         s = self.settings
-        return build_app(PoolBackend(self.pool, self.context_length), model_name=s.served_name,
+        return build_app(PoolBackend(self.pool, self.context_length), model_name=s.served_name, aliases=s.aliases,
                          api_key_sha256=s.api_key_sha256, limits=s.limits, chat_max_tokens=s.chat_max_tokens,
                          reasoning=s.reasoning)
 

@@ -6,6 +6,10 @@ model version that produced the response. For a thinking model (`ReasoningSplit`
 choice's message carries the thought in `reasoning_content` (the field OpenAI-compatible
 reasoning servers such as vLLM's use) and the response alone in `content`.
 
+vLLM's chat extensions `continue_final_message` and `add_generation_prompt` are honoured as vLLM
+honours them (the final assistant message continued, its turn left open), so the `openai`
+engine's prefilled prompts (common.sampling.prefilled) reach the engines behind ratchet serve.
+
 Every field is honoured or refused: OpenAI's fields that would change the answer and that
 ratchet cannot honour (penalties, logit_bias, tools, response_format other than text, ...)
 and fields nobody defined are a 400 naming the field, never silently dropped.
@@ -21,7 +25,7 @@ from typing import Any, Literal
 import regex
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from common.sampling import Completion, SamplingParams
+from common.sampling import PREFILL, Completion, SamplingParams
 
 
 class APIError(Exception):
@@ -147,6 +151,10 @@ class ChatCompletionRequest(_SamplingRequest):
     logprobs: bool = False
     top_logprobs: int | None = None
     response_format: dict[str, Any] | None = None  # only {"type": "text"}; structured_outputs constrains
+    # vLLM's chat extensions, as vLLM reads them: continue the final (assistant) message without
+    # closing its turn, instead of opening a new turn with the template's generation prompt
+    continue_final_message: bool = False
+    add_generation_prompt: bool = True
     # ratchet's extension: test-time search, e.g. {"k": 16, "verify": 8, "return_candidates": true}
     search: dict[str, Any] | None = None
 
@@ -161,6 +169,25 @@ class ChatCompletionRequest(_SamplingRequest):
             raise _refuse("stream", "a search request answers once it has chosen: send stream=false")
         if self.search is not None and (self.logprobs or self.structured_outputs):
             raise _refuse("search", "cannot be combined with logprobs or structured_outputs")
+        if self.continue_final_message:
+            if self.add_generation_prompt:  # vLLM refuses the pair the same way
+                raise _refuse("continue_final_message", "cannot be combined with add_generation_prompt=true: "
+                              "send add_generation_prompt=false with it")
+            if self.messages[-1].role != "assistant":
+                raise _refuse("continue_final_message", "the final message must be the assistant's, to continue; "
+                              f"it is the {self.messages[-1].role}'s")
+            if self.search is not None:
+                raise _refuse("search", "cannot be combined with continue_final_message")
+        elif not self.add_generation_prompt:
+            # a transcript ending in a closed turn: no engine's prompt contract says what to sample
+            raise _refuse("add_generation_prompt", "false is supported only with continue_final_message=true")
+
+    def prompt_messages(self) -> list[dict[str, Any]]:
+        """The messages as the engines take them: a continued final message is marked prefilled."""
+        messages = [m.model_dump() for m in self.messages]
+        if self.continue_final_message:
+            messages[-1][PREFILL] = True
+        return messages
 
     def logprobs_count(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
