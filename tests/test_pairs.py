@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from thinking.pairs import Group, PairsConfig, Sample, build_pairs, choose_rho, pick, trl_rows
+from thinking.pairs import (
+    Group,
+    PairsConfig,
+    Sample,
+    build_pairs,
+    choose_rho,
+    no_rows_reason,
+    pick,
+    trl_rows,
+)
 
 
 def S(score, response="x", *, completion=None, parsed=True) -> Sample:
@@ -102,3 +111,37 @@ def test_divergence_windows_start_at_the_diverging_word_and_hold_that_many_words
 
     cut = at_divergence("P:", " a b c1 d e f", " a b c2 d e f", 2)
     assert cut == ("P: a b ", "c1 d", "c2 d")
+
+
+# --- why a round has nothing to train on (thinking.pairs.no_rows_reason) ---------------------------
+POLICY_HINT = ("nothing to train on. Check that the model writes both markers (prompt.style, "
+               "prompt.prefill_thought_marker), raise sample.k or sample.temperature, or change the judge")
+
+
+def test_counts_stored_before_the_judge_counts_give_the_policy_reason_with_zeros():
+    assert no_rows_reason({}, "[thought it0]", windows_dropped=False) == (
+        "[thought it0] no DPO rows: 0 pairs, 0 tied groups, 0 unparsable outputs, 0 of 0 verdicts failed; "
+        + POLICY_HINT)
+    assert no_rows_reason({"pairs": 2}, "[x]", windows_dropped=True).startswith(
+        "[x] no DPO rows: 2 pairs, 0 tied groups, 0 unparsable outputs, 0 of 0 verdicts failed "
+        "(pairs.divergence_words dropped pairs whose windows do not differ); ")
+
+
+@pytest.mark.parametrize("counts", [
+    {"judged": 6, "judge_failed": 2, "ties": 0, "scored_pairs": 0},  # some verdicts, no ties: the policy's
+    {"judged": 0, "ties": 0, "scored_pairs": 0},  # nothing parsed, nothing judged
+    {"judged": 6, "ties": 2, "scored_pairs": 1},  # pairs were scored: windows dropped them
+])
+def test_the_judge_is_blamed_only_when_its_verdicts_were_the_problem(counts):
+    assert "no DPO rows" in no_rows_reason(counts, "[x]", windows_dropped=False)
+
+
+def test_all_failed_and_all_tied_blame_the_judge():
+    failed = no_rows_reason({"judged": 4, "judge_failed": 4, "judge_errors": {"unparsable verdict": 3, "nan score": 1},
+                             "ties": 0}, "[x]", windows_dropped=False)
+    assert failed.startswith("[x] the judge gave no usable verdict: 4 of 4 judged responses failed "
+                             "(nan score: 1, unparsable verdict: 3); 0 tied groups.")
+    tied = no_rows_reason({"judged": 4, "judge_failed": 0, "ties": 2, "groups": 2, "scored_pairs": 0}, "[x]",
+                          windows_dropped=False)
+    assert tied.startswith("[x] the judge scored every response of each instruction alike: 2 tied groups of 2, "
+                           "0 of 4 verdicts failed")
