@@ -132,7 +132,11 @@ class ScalingExperiment:
         sampler = ScalingSampler(self.store.client, self.cfg.experiment, self.generate,
                                  self.cfg.plan(self.model, self.verifier), self.progress,
                                  fence=self.store.fence_for(self.cfg.experiment), verify_generate=self.verify_generate)
-        records = asyncio.run(sampler.run(questions))
+        try:
+            records = asyncio.run(sampler.run(questions))
+        finally:  # a phase that failed half way: its bar (and heartbeat, common/progress.py) ends with it
+            for bar in self.bars.values():
+                bar.close()
         write_candidates(self.run_dir / CANDIDATES_FILE, sampler.candidate_rows(questions))
         return ScoredPool.from_records(records, score=self.cfg.curves.options.score)
 

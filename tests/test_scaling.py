@@ -380,3 +380,55 @@ def test_a_verifier_on_another_engine_setting_is_another_plan(store, experiment_
               if k not in ("verifier_engine_kwargs", "batch_questions")}
     store.client.set(key, json.dumps(stored))
     ScalingSampler(store.client, older, None, ScalingConfig().plan()).check_plan()
+
+
+def test_sampling_on_the_transformers_engine_reports_progress_while_a_batch_runs(store, experiment_name, tmp_path,
+                                                                                monkeypatch, caplog):
+    """Issue #47: a stored batch of questions on the transformers engine can take minutes on a CPU, and
+    progress came only when a batch was stored. Each phase's line now comes at the interval whatever
+    the engine (common.progress's heartbeat): the first batch here waits for one saying 0/4."""
+    import logging
+    import threading
+
+    from common import progress
+    from common.sampling import threaded_generate
+    from scaling.experiment import ScalingExperiment
+    from search.engines import make_engine
+
+    monkeypatch.setenv(progress.ENV_MODE, "log")
+    monkeypatch.setenv(progress.ENV_INTERVAL, "0.05")
+    cfg = ScalingConfig(experiment=experiment_name, runs_dir=str(tmp_path), questions=4, model="models/scaling-arith-seed",
+                        in_process=True, prompt_style="compact", k_inf=2, k_verif=1, k_tie=0, temperature=1.0,
+                        max_tokens=8, verify_max_tokens=8, batch_questions=2)
+    heartbeat = threading.Event()
+
+    class Heartbeat(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno == logging.INFO and "candidates: 0/4" in record.getMessage():
+                heartbeat.set()
+
+    engine = threaded_generate(make_engine("transformers", checkpoint=cfg.model))
+
+    calls = []
+
+    async def generate(prompts, params):
+        if not calls:  # the first batch "runs" until the phase has said so (old code: never, 30 s in vain)
+            await asyncio.to_thread(heartbeat.wait, 30)
+        calls.append(len(prompts))
+        return await engine(prompts, params)
+
+    handler = Heartbeat()
+    logging.getLogger("ratchet.progress").addHandler(handler)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="ratchet.progress"):
+            experiment = ScalingExperiment(cfg, store, tmp_path, generate, model=cfg.model)
+            experiment.sample(experiment.questions())
+    finally:
+        logging.getLogger("ratchet.progress").removeHandler(handler)
+    assert heartbeat.is_set(), "no progress line while the first batch of candidates ran"
+    for phase in ("candidates", "verdicts"):
+        lines = [r.getMessage() for r in caplog.records if f"] {phase}: " in r.getMessage()]
+        counts = [int(re.search(rf"{phase}: (\d+)/4", line).group(1)) for line in lines]
+        assert counts == sorted(counts) and counts[0] == 0 and counts[-1] == 4, lines
+    infos = [r for r in caplog.records if r.levelno == logging.INFO and "candidates: 0/4" in r.getMessage()]
+    assert infos, "the heartbeat's line is INFO (the console shows it), not only the phase's first DEBUG line"
