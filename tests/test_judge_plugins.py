@@ -180,7 +180,7 @@ def test_only_a_text_parameter_given_a_list_gets_the_quoting_hint():
     with pytest.raises(ConfigError) as e:
         check_kwargs(_judge(init), {"per_char": [1]}, set())
     assert "takes it as float, got list" in str(e.value) and "quote" not in str(e.value)
-    long = ["A" * 40, "B" * 40]  # one line, however long: the message is a single line
+    long = ["A" * 40, "B" * 40, "C" * 40]  # one line, however long: the message is a single line
     with pytest.raises(ConfigError) as e:
         check_kwargs(PairwiseJudge, {"regex": long}, {"generate"})
-    assert str(e.value).endswith(f"""quote it, judge.kwargs.regex='"[{long[0]}, {long[1]}]"'""")
+    assert str(e.value).endswith(f"""quote it, judge.kwargs.regex='"[{', '.join(long)}]"'""")
