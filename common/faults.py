@@ -11,6 +11,11 @@ asks `is_infrastructure(error)`:
 - everything else is the caller's mistake or the work's own outcome (a prompt too long, a
   program that raises), raised or recorded as it is.
 
+A worker that cannot start is judged the same way (`start_failure`): a caller's mistake in
+its constructor (a missing package, a bad engine argument, a checkpoint that does not load)
+would stop every fresh worker too, so it is `CannotStart`, raised once; anything else
+(CUDA out of memory while loading) is `EngineFailed`, and the worker is replaced.
+
 Ray wraps an exception raised inside an actor in a `RayTaskError` whose `cause` is the
 original; the classification looks through it.
 """
@@ -23,6 +28,16 @@ import asyncio
 class CannotContinue(RuntimeError):  # noqa: N818 (a verdict on the run, like StopIteration)
     """The work cannot go on for a reason its user must fix (its data, its judge, its prompt): the
     job says so in one line, without a traceback; the same command resumes after the fix."""
+
+
+class CannotStart(CannotContinue):
+    """A worker's constructor raised a caller's mistake: a fresh worker would fail the same way,
+    so the job fails once, in one line naming the cause (its traceback goes to run.log)."""
+
+
+# What a worker's constructor raises when what it was given is wrong, not its machine:
+# a bad argument, a missing package, a checkpoint that does not load (FileNotFoundError is an OSError).
+START_MISTAKES: tuple[type[BaseException], ...] = (ValueError, TypeError, ImportError, OSError)
 
 
 class InfrastructureError(RuntimeError):
@@ -68,3 +83,12 @@ def unwrap(error: BaseException) -> BaseException:
     if isinstance(error, rx.RayTaskError) and isinstance(error.cause, BaseException):
         return error.cause
     return error
+
+
+def start_failure(error: Exception, what: str) -> Exception:
+    """What `what` (a worker) raises for the error its constructor raised: CannotStart for a
+    caller's mistake (never retried), EngineFailed for anything else (the worker is replaced)."""
+    cause = f"{what} could not start: {type(error).__name__}: {error}"
+    if isinstance(error, START_MISTAKES) and not is_infrastructure(error):  # a TimeoutError is the machine's
+        return CannotStart(" ".join(cause.split()))  # one line, whatever the engine's message
+    return EngineFailed(cause)

@@ -12,8 +12,10 @@ beyond that wait in the driver (backpressure, nothing piles up inside actors). E
 has a deadline (`request_timeout_s`). An actor that fails (it died, Ray's memory monitor
 killed it, its engine failed inside it, or it missed a deadline: common/faults.py) is
 replaced, and its requests are retried on the pool's live actors; a caller's mistake (a
-prompt too long) is raised as it is. The logic lives in plain classes (`SamplerWorker` in
-search/sampler_worker.py, `Router`); the Ray actor is a shell.
+prompt too long) is raised as it is, and so is an actor that cannot start for one (a missing
+package, a bad engine argument: `CannotStart`, never retried on fresh actors). The logic lives
+in plain classes (`SamplerWorker` in search/sampler_worker.py, `Router`); the Ray actor is a
+shell (`SamplerShell`).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 import ray
 
 from common.faults import (
+    CannotStart,
     DeadlineExceeded,
     InfrastructureError,
     is_infrastructure,
@@ -40,6 +43,7 @@ from search.pool_config import PoolConfig
 from search.sampler_worker import (  # noqa: F401 (re-exported)
     CONTROL_THREADS,
     ActorStats,
+    SamplerShell,
     SamplerWorker,
     _cancelled,
     freeze_heap,
@@ -49,7 +53,7 @@ from store import Store
 from store.models import ModelVersion
 
 log = logging.getLogger(__name__)
-SamplerActor = ray.remote(SamplerWorker)
+SamplerActor = ray.remote(SamplerShell)  # an actor that cannot start says why, alive (SamplerShell)
 
 
 @dataclass
@@ -167,7 +171,9 @@ class SamplerPool:
                 try:
                     version = await handle.ready.remote()
                 except Exception as e:
-                    if not is_infrastructure(e) or attempt == self.config.max_request_retries:
+                    if not is_infrastructure(e):  # CannotStart: a fresh actor would fail the same way
+                        raise unwrap(e) from e
+                    if attempt == self.config.max_request_retries:
                         raise
                     self._replace(slot, generation)
                     continue
@@ -203,8 +209,9 @@ class SamplerPool:
                     ray.cancel(ref)
                 raise
             except Exception as e:
-                if not is_infrastructure(e):
-                    raise unwrap(e) from None  # the caller's mistake: its own message
+                if not is_infrastructure(e):  # the caller's mistake: its own message
+                    cause = unwrap(e)  # an actor that could not start: its traceback (in e) for run.log
+                    raise cause from (e if isinstance(cause, CannotStart) else None)
                 self._replace(slot, generation)  # dead, OOM-killed, engine failed or hung
                 if attempt == attempts - 1:
                     raise InfrastructureError(
@@ -286,8 +293,8 @@ class SamplerPool:
         for slot, outcome in zip(slots, outcomes, strict=True):
             if isinstance(outcome, BaseException) and is_infrastructure(outcome):  # its replacement loads it
                 self._replace(slot, slot.generation)
-            elif isinstance(outcome, BaseException):
-                raise outcome
+            elif isinstance(outcome, BaseException):  # the actor's own error (CannotStart: one line)
+                raise unwrap(outcome) from outcome
         return await self.ready()
 
     async def load_weights(self, weights_ref: Any, version: str, checkpoint: str,
@@ -304,8 +311,8 @@ class SamplerPool:
         for slot, outcome in zip(slots, outcomes, strict=True):
             if isinstance(outcome, BaseException) and is_infrastructure(outcome):  # its replacement loads the checkpoint
                 self._replace(slot, slot.generation)
-            elif isinstance(outcome, BaseException):
-                raise outcome
+            elif isinstance(outcome, BaseException):  # the actor's own error (CannotStart: one line)
+                raise unwrap(outcome) from outcome
         return await self.ready()
 
     async def switch(self, version: ModelVersion, weights: Any = None) -> Switch:

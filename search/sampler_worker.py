@@ -25,7 +25,7 @@ import ray
 from ray.exceptions import TaskCancelledError
 
 from common.config import secret_values
-from common.faults import EngineFailed
+from common.faults import EngineFailed, start_failure
 from common.logs import protect
 from common.placement import node_id
 from common.sampling import Completion, Prompt, SamplingParams
@@ -231,6 +231,51 @@ class SamplerWorker:
             return dict(version=self.engine.version, busy_s=self.busy_s, tokens_generated=self.tokens_generated,
                         requests=self.requests, running=self.running, cancelled=self.cancelled,
                         niceness=os.nice(0), engine=engine_stats() if callable(engine_stats) else {})
+
+
+class SamplerShell(SamplerWorker):
+    """SamplerWorker as the pool's Ray actor runs it: an actor whose constructor raises dies,
+    Ray keeps only the error's text (an ActorDiedError, which reads as a lost actor: the pool
+    would start another, to die the same way) and the dying process aborts with a C++ stack
+    dump on the console. The shell stays alive instead and every call raises why it could not
+    start (common.faults.start_failure): CannotStart for a caller's mistake, raised once;
+    EngineFailed otherwise, and the pool replaces it."""
+
+    def __init__(self, engine: str, engine_kwargs: dict[str, Any], checkpoint: str | None, version: str | None,
+                 files: dict[str, str] | None = None):
+        self._engine_name, self._start_error = engine, None
+        try:
+            super().__init__(engine, engine_kwargs, checkpoint, version, files)
+        except Exception as e:  # raised by every call (_started), with its cause chained
+            self._start_error = e
+
+    def _started(self) -> None:
+        if self._start_error is not None:
+            raise start_failure(self._start_error, f"a {self._engine_name} sampler actor") from self._start_error
+
+    def ready(self) -> str | None:
+        self._started()
+        return super().ready()
+
+    def context_length(self) -> int | None:
+        self._started()
+        return super().context_length()
+
+    def generate(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
+        self._started()
+        return super().generate(prompts, params)
+
+    def load(self, checkpoint: str, version: str | None, files: dict[str, str] | None = None) -> str | None:
+        self._started()
+        return super().load(checkpoint, version, files)
+
+    def load_weights(self, weights: dict[str, Any], version: str, checkpoint: str) -> str | None:
+        self._started()
+        return super().load_weights(weights, version, checkpoint)
+
+    def stats(self) -> dict[str, Any]:
+        self._started()
+        return super().stats()
 
 
 def freeze_heap() -> None:

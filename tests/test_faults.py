@@ -9,10 +9,13 @@ import ray.exceptions as rx
 import redis
 
 from common.faults import (
+    CannotContinue,
+    CannotStart,
     DeadlineExceeded,
     EngineFailed,
     InfrastructureError,
     is_infrastructure,
+    start_failure,
     unwrap,
 )
 from common.sampling import ContextLengthError
@@ -42,3 +45,18 @@ def test_an_error_raised_inside_an_actor_is_judged_by_its_cause():
     assert is_infrastructure(inside) and not is_infrastructure(mistake)
     assert isinstance(unwrap(mistake), ContextLengthError)
     assert issubclass(DeadlineExceeded, InfrastructureError) and issubclass(DeadlineExceeded, TimeoutError)
+
+
+@pytest.mark.parametrize("error, raised", [
+    (ValueError("batch_size=0\nmust be >= 1"), CannotStart), (TypeError("unexpected keyword 'bogus'"), CannotStart),
+    (ModuleNotFoundError("No module named 'vllm'"), CannotStart), (FileNotFoundError("no config.json"), CannotStart),
+    (RuntimeError("CUDA error: out of memory"), EngineFailed), (TimeoutError("server slow"), EngineFailed),
+], ids=lambda e: type(e).__name__)
+def test_a_worker_that_cannot_start_is_a_caller_mistake_only_for_what_a_fresh_one_would_meet(error, raised):
+    """Issue 47: a constructor's caller mistake fails the job once, in one line (the runner prints
+    a CannotContinue so); anything else is the machine's, and the worker is replaced."""
+    failure = start_failure(error, "a sampler actor")
+    assert type(failure) is raised and str(failure).startswith(f"a sampler actor could not start: {type(error).__name__}: ")
+    assert is_infrastructure(failure) is (raised is EngineFailed)
+    if raised is CannotStart:
+        assert isinstance(failure, CannotContinue) and "\n" not in str(failure)

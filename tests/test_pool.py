@@ -347,3 +347,28 @@ def test_stats_of_a_pool_whose_actor_died_report_it_empty(ray_local, models):
         assert (row.version, row.requests, row.niceness) == (None, 0, None)
     finally:
         pool.shutdown()
+
+
+def test_an_actor_that_cannot_start_fails_the_pool_once_naming_why(ray_local):
+    """Issue 47: an engine whose constructor raises a caller's mistake (a bad engine argument,
+    a missing package, a checkpoint that does not load) is not retried on fresh actors, each
+    dying the same way: the pool fails once, in one line naming the cause, and the retry
+    advice (for infrastructure failures) is not given."""
+    from common.faults import CannotContinue, is_infrastructure
+
+    pool = SamplerPool(PoolConfig(num_actors=1, num_cpus_per_actor=0.5, max_request_retries=2,
+                                  engine_kwargs={"num_threads": 1, "batch_size": 0}))
+    try:
+        with pytest.raises(CannotContinue) as info:
+            asyncio.run(pool.ready())
+        # the one actor started, none after it (the unfixed pool started 1 + max_request_retries)
+        assert [s.restarts for s in pool.router.slots] == [0]
+        message = str(info.value)
+        assert "ValueError: batch_size=0 must be >= 1" in message and "\n" not in message
+        assert "max_request_retries" not in message and not is_infrastructure(info.value)
+        # a request sent anyway (its actor never started) fails the same way, at once
+        with pytest.raises(CannotContinue, match="batch_size=0"):
+            pool.generate_sync(PROMPTS[:1], GREEDY)
+        assert [s.restarts for s in pool.router.slots] == [0]
+    finally:
+        pool.shutdown()
