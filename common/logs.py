@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from common.config import RedactingFilter, is_secret_key
+from common.redaction import RedactingFilter, is_secret_key
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 DATE_FORMAT = "%H:%M:%S"

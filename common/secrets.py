@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from common.config import is_secret_key, redact_url
+from common.redaction import is_secret_key, redact_url
 
 REF_SUFFIXES = ("_env", "_file")
 

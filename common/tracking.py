@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from common.config import redact_secrets, to_dict
+from common.config import to_dict
+from common.redaction import redact_secrets
 
 log = logging.getLogger(__name__)
 

@@ -44,21 +44,12 @@ from typing import Any, Generic, TypeVar
 import ray
 import yaml
 
-from common.config import (
-    ConfigError,
-    RedactingFilter,
-    config_hash,
-    dump_yaml,
-    load_config,
-    redact_secrets,
-    secret_values,
-    to_dict,
-    with_origin,
-)
+from common.config import ConfigError, config_hash, dump_yaml, load_config, to_dict, with_origin
 from common.faults import CannotContinue
 from common.fieldhelp import describe_fields
 from common.logs import add_run_log, protect, ray_runtime_env, remove_run_log, setup_logging
 from common.placement import LEDGER, Demand, check_capacity
+from common.redaction import RedactingFilter, redact_secrets, secret_values
 from ray_jobs.cluster import check_cluster
 from ray_jobs.stopping import Stopped, raise_on_stop_signals, restore
 from store import Lease, Store

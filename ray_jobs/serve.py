@@ -31,8 +31,9 @@ import sys
 import ray
 from ray import serve
 
-from common.config import ConfigError, load_config, secret_values
+from common.config import ConfigError, load_config
 from common.logs import ray_runtime_env, setup_logging
+from common.redaction import secret_values
 from ray_jobs.checks import check_engine, need_checkpoint
 from ray_jobs.runner import config_error, config_parser, print_config
 from ray_jobs.stopping import Stopped, raise_on_stop_signals, wait_for_stop_signal

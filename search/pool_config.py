@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.config import is_secret_key
 from common.placement import Strategy, check_placement
+from common.redaction import is_secret_key
 from common.secrets import literal_secrets
 from search.engines import ENGINES, check_engine_kwargs, engine_class
 from search.weight_sync import WeightSync, check_weight_sync

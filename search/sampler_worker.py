@@ -24,10 +24,10 @@ from typing import Any
 import ray
 from ray.exceptions import TaskCancelledError
 
-from common.config import secret_values
 from common.faults import EngineFailed, start_failure
 from common.logs import protect
 from common.placement import node_id
+from common.redaction import secret_values
 from common.sampling import Completion, Prompt, SamplingParams
 from common.secrets import resolve_secret_refs
 from search.engines import make_engine

@@ -15,7 +15,8 @@ from typing import Any, Literal
 
 import redis
 
-from common.config import ConfigError, redact_secrets
+from common.config import ConfigError
+from common.redaction import redact_secrets
 from store import keys
 from store.lease import lease_key
 from store.records import dumps, loads

@@ -90,6 +90,6 @@ def test_secrets_are_redacted_wherever_a_config_is_written(tmp_path):
                                 "max_tokens": 64},
                     "base_url": "rediss://:***@redis:6380/0", "hf_token": "***", "pad_token": "<pad>"}
     assert cfg.sampler.engine_kwargs["api_key"] == "sk-123456"  # the running job keeps the value
-    from common.config import redact_secrets
+    from common.redaction import redact_secrets
 
     assert redact_secrets({"api_key": None, "password": ""}) == {"api_key": None, "password": ""}

@@ -13,7 +13,7 @@ import pytest
 import ray
 
 from common import logs, progress
-from common.config import secret_values
+from common.redaction import secret_values
 
 SECRET = "sk-live-logs-0123456789"
 URL = "redis://:pw-in-a-url-4242@queue.internal:6380/0"

@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from common.config import redact_secrets
 from common.logs import setup_logging
 from common.progress import mode as progress_mode
+from common.redaction import redact_secrets
 from store.codehash import content_hash
 from store.server import ratchet_home
 from training.checkpoints import CheckpointExists
