@@ -30,6 +30,26 @@ def redact_url(value: str) -> str:
     return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:{REDACTED}@", value)
 
 
+_KEY_SEP = re.compile(r"(?P<key>[\w-]+)\s*[=:]\s*|(?P<flag>--[\w.-]+)\s+")  # key=value, key: value, --flag value
+_VALUE = re.compile(r"""'[^']*'|"[^"]*"|[^\s,}\]]+""")
+
+
+def redact_text(text: str) -> str:
+    """Free text with the values of secret-named `key=value` / `key: value` pairs (dotted or
+    flag-like keys too: `--sampler.engine_kwargs.api_key=...`, `--api-key VALUE`) and URL
+    passwords replaced by ***: for what echoes a command line back, such as argparse's
+    "unrecognized arguments"."""
+    out, pos = [], 0
+    for m in _KEY_SEP.finditer(text):
+        value = _VALUE.match(text, m.end())
+        key = (m["key"] or m["flag"]).rsplit(".", 1)[-1].lstrip("-")
+        if m.start() < pos or not value or not is_secret_key(key):
+            continue
+        out.append(text[pos:m.end()] + REDACTED)
+        pos = value.end()
+    return redact_url("".join(out) + text[pos:])
+
+
 def redact_secrets(data: Any) -> Any:
     """A copy of plain config data with secret-named fields and URL passwords replaced by ***.
 

@@ -39,7 +39,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 import ray
 import yaml
@@ -49,7 +49,7 @@ from common.faults import CannotContinue
 from common.fieldhelp import describe_fields
 from common.logs import add_run_log, protect, ray_runtime_env, remove_run_log, setup_logging
 from common.placement import LEDGER, Demand, check_capacity
-from common.redaction import RedactingFilter, redact_secrets, secret_values
+from common.redaction import RedactingFilter, redact_secrets, redact_text, secret_values
 from ray_jobs.cluster import check_cluster
 from ray_jobs.stopping import Stopped, raise_on_stop_signals, restore
 from store import Lease, Store
@@ -268,10 +268,19 @@ def _plain(summary: dict[str, Any], filt: RedactingFilter) -> dict[str, Any]:
     return json.loads(filt.redact(json.dumps(redact_secrets(summary), default=str)))
 
 
+class CommandParser(argparse.ArgumentParser):
+    """argparse whose usage errors ("unrecognized arguments: --sampler.api_key=sk-...") echo
+    the command line with its secrets as ***: the console of a `ray job submit` is its log."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {redact_text(message)}\n")
+
+
 def config_parser(prog: str, doc: str, config_cls: type, iterations_flag: bool = False) -> argparse.ArgumentParser:
     """The CLI every command shares: `--config FILE`, dotted `field=value` overrides,
     `--print-config`, `--dry-run`, and a `--help` that lists every config field."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog=prog, description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="config fields (set them as field=value arguments or in the --config YAML):\n"
                + describe_fields(config_cls))

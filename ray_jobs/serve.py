@@ -35,7 +35,7 @@ from common.config import ConfigError, load_config
 from common.logs import ray_runtime_env, setup_logging
 from common.redaction import secret_values
 from ray_jobs.checks import check_engine, need_checkpoint
-from ray_jobs.runner import config_error, config_parser, print_config
+from ray_jobs.runner import config_error, config_parser, parse_args, print_config
 from ray_jobs.stopping import Stopped, raise_on_stop_signals, wait_for_stop_signal
 from search.serve import ServeSettings, build_serve_app
 from search.serve.config import ServeConfig, old_flag, settings_from
@@ -53,7 +53,7 @@ def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
     old = old_flag(argv)
     if old:
         parser.exit(2, f"{PROG}: error: {old}\n")
-    args = parser.parse_args(argv)
+    args = parse_args(parser, argv)  # overrides before or after the options
     try:
         cfg = load_config(args.config, ServeConfig, args.overrides)
         if args.print_config:
@@ -79,6 +79,7 @@ def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, b
 
     With `blocking`, serves until SIGTERM or SIGINT (from start-up on), then deletes the app and
     shuts Serve and this driver's Ray down: a clean stop, no stack dump."""
+    own_ray = not ray.is_initialized() and not os.environ.get("RAY_ADDRESS")  # a local Ray this call starts
     if not ray.is_initialized():  # workers log like the jobs' (common.logs)
         ray.init(address=os.environ.get("RAY_ADDRESS"), runtime_env=ray_runtime_env())
     if blocking:
@@ -95,14 +96,19 @@ def run(settings: ServeSettings, *, host: str = "127.0.0.1", port: int = 8000, b
             wait_for_stop_signal()
     except Stopped as stop:
         log.info("stopping (%s): shutting down Serve and Ray", stop.name)
-        shutdown()
+        shutdown(own_ray=own_ray)
         log.info("stopped")
     return url
 
 
-def shutdown() -> None:
-    """Delete the app, stop Serve, leave Ray; each step tried even when one before it failed."""
-    for step in (lambda: serve.delete(APP_NAME), serve.shutdown, ray.shutdown):
+def shutdown(own_ray: bool = False) -> None:
+    """Delete the app, stop Serve, leave Ray; each step tried even when one before it failed.
+
+    On a Ray this process started, ray.shutdown ends Serve's controller with the rest: its own
+    serve.shutdown kills the controller mid-`graceful_shutdown`, and the raylet then prints
+    "Task ServeController.graceful_shutdown failed ... will be retried" on a clean stop."""
+    steps = [lambda: serve.delete(APP_NAME), *([] if own_ray else [serve.shutdown]), ray.shutdown]
+    for step in steps:
         with contextlib.suppress(Exception):
             step()
 

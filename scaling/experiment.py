@@ -65,7 +65,9 @@ def make_generate(cfg: ScalingConfig, checkpoint: str,
     if cfg.in_process:
         from search.engines import make_engine
 
-        return threaded_generate(make_engine(sampler.engine, checkpoint=checkpoint, **sampler.engine_kwargs)), lambda: None
+        engine = make_engine(sampler.engine, **sampler.engine_kwargs)  # as a pool's actor builds it
+        engine.load(checkpoint)
+        return threaded_generate(engine), lambda: None
 
     pool = SamplerPool(sampler, checkpoint=checkpoint)
     return pool.generate, pool.shutdown

@@ -204,6 +204,22 @@ def test_overrides_may_come_after_the_options(capsys):
     assert code == 0 and (printed["iterations"], printed["search"]["batch"], printed["experiment"]) == (3, 4, "mine")
 
 
+def test_serve_takes_overrides_after_its_options(capsys):
+    from ray_jobs import serve
+
+    code, out, err = run_cli(serve.parse, ["model=models/scaling-arith-seed", "--dry-run", "port=8001",
+                                           "sampler.num_actors=2"], capsys)
+    assert code == 0 and "nothing started (--dry-run)" in out, err  # was: unrecognized arguments: port=8001
+
+
+@pytest.mark.parametrize("argv", [["--sampler.engine_kwargs.api_key=sk-live-123456"],
+                                  ["--base-url=http://me:sk-live-123456@h/v1"]])
+def test_an_unrecognized_argument_is_echoed_with_its_secret_blanked(argv, capsys):
+    code, _, err = run_cli(scaling, ["--config", "configs/scaling-demo.yaml", *argv], capsys)
+    assert code == 2 and "unrecognized arguments" in err and "***" in err
+    assert "sk-live-123456" not in err
+
+
 @pytest.mark.parametrize("job, config", [(soar, "configs/soar-demo.yaml"), (scaling, "configs/scaling-demo.yaml"),
                                          (tpo, "configs/tpo-demo.yaml")])
 def test_the_shipped_demo_configs_pass_a_dry_run(job, config, capsys):

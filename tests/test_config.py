@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from common.config import ConfigError, build_config, load_config
+from common.redaction import redact_text
 from training.seed import SeedConfig
 
 
@@ -93,3 +94,15 @@ def test_secrets_are_redacted_wherever_a_config_is_written(tmp_path):
     from common.redaction import redact_secrets
 
     assert redact_secrets({"api_key": None, "password": ""}) == {"api_key": None, "password": ""}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("unrecognized arguments: --sampler.engine_kwargs.api_key=sk-1 x=1",
+     "unrecognized arguments: --sampler.engine_kwargs.api_key=*** x=1"),
+    ("judge.kwargs={api_key: sk-1, model: m} max_tokens=4", "judge.kwargs={api_key: ***, model: m} max_tokens=4"),
+    ("--api-key sk-1 --max-tokens 4 --hf.token t-1", "--api-key *** --max-tokens 4 --hf.token ***"),
+    ("password='a b' pad_token=<pad> token=\"q\"", "password=*** pad_token=<pad> token=***"),
+    ("base_url=http://u:pw-1@h/v1", "base_url=http://u:***@h/v1"),
+])
+def test_free_text_keeps_its_words_and_loses_its_secret_values(text, expected):
+    assert redact_text(text) == expected

@@ -232,6 +232,21 @@ def test_scaling_samples_and_verifies_through_ratchet_serve(served, store, exper
     assert store.experiments.get(experiment_name).status == "done"
 
 
+def test_scaling_in_process_samples_through_ratchet_serve(served, store, experiment_name, tmp_path):
+    """in_process=true built the engine with checkpoint= in its constructor, which the openai
+    engine does not take (TypeError); it is built as the pool's actors build it, then loaded."""
+    cfg = ScalingConfig(
+        experiment=experiment_name, runs_dir=str(tmp_path), questions=2, model="scaling-arith-seed",
+        sampler=PoolConfig(engine="openai", engine_kwargs={"base_url": served(ARITH)}), in_process=True,
+        prompt_style="compact", verdict="parsed", k_inf=2, k_verif=1, k_tie=0, temperature=1.0, max_tokens=8,
+        verify_max_tokens=4, batch_questions=2,
+    )
+    cfg.curves.seeds, cfg.curves.bootstrap = 2, 20
+    summary = scaling.run(cfg)
+    assert summary["model"] == "scaling-arith-seed"
+    assert store.experiments.get(experiment_name).status == "done"
+
+
 def test_soar_searches_through_ratchet_serve_by_the_served_name(served, store, experiment_name, tmp_path):
     """SOAR sent its local checkpoint path as the model name (a 404); it sends
     sampler.engine_kwargs.model, and model.checkpoint stays its local copy."""

@@ -346,13 +346,21 @@ def test_the_verifier_pool_takes_its_own_engine_kwargs_over_the_samplers(monkeyp
     from search.pool import PoolConfig
 
     built = []
-    monkeypatch.setattr(search.engines, "make_engine", lambda name, **kw: built.append((name, kw)))
+
+    class Built:  # what the engine was built with, and the checkpoint it loaded (as a pool's actor does)
+        def __init__(self, name, **kw):
+            built.append([name, kw])
+
+        def load(self, checkpoint, version=None):
+            built[-1].append(checkpoint)
+
+    monkeypatch.setattr(search.engines, "make_engine", Built)
     cfg = ScalingConfig(in_process=True, verifier="v", verifier_engine_kwargs={"dtype": "float32"},
                         sampler=PoolConfig(engine="vllm", engine_kwargs={"dtype": "bfloat16", "max_model_len": 2048}))
     make_generate(cfg, "model")
     make_generate(cfg, "verifier", cfg.verifier_pool())
-    assert built == [("vllm", {"checkpoint": "model", "dtype": "bfloat16", "max_model_len": 2048}),
-                     ("vllm", {"checkpoint": "verifier", "dtype": "float32", "max_model_len": 2048})]
+    assert built == [["vllm", {"dtype": "bfloat16", "max_model_len": 2048}, "model"],
+                     ["vllm", {"dtype": "float32", "max_model_len": 2048}, "verifier"]]
     with pytest.raises(ValueError, match="set verifier too"):
         ScalingConfig(verifier_engine_kwargs={"dtype": "float32"})
     with pytest.raises(ValueError, match="verifier_engine_kwargs: .*holds a secret"):
