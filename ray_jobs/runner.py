@@ -49,10 +49,12 @@ from common.faults import CannotContinue
 from common.fieldhelp import describe_fields
 from common.logs import add_run_log, protect, ray_runtime_env, remove_run_log, setup_logging
 from common.placement import LEDGER, Demand, check_capacity
-from common.redaction import RedactingFilter, redact_secrets, redact_text, secret_values
+from common.redaction import RedactingFilter, redact_secrets, redact_text, redact_url, secret_values
 from ray_jobs.cluster import check_cluster
 from ray_jobs.stopping import Stopped, raise_on_stop_signals, restore
 from store import Lease, Store
+from store.connection import StoreUnavailable, configured_url
+from store.server import running_local_server
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,25 @@ def check_job(spec: JobSpec[C], cfg: C, sources: dict[str, str] | None = None) -
         if sources is not None and e.args:
             e.args = (with_origin(str(e), spec.config_cls, sources), *e.args[1:])
         raise
+
+
+def check_recorded_config(spec: JobSpec[C], cfg: C, allow_change: bool = False) -> str:
+    """What a rerun would refuse (ConfigChanged: another workload's name, a changed config),
+    asked of a store that is already up, without starting one; returns what was checked, or
+    why it could not be (no local store running, the configured one unreachable)."""
+    url = configured_url()
+    if url is None:
+        local = running_local_server()
+        if local is None:
+            return "the local store is not running: a config change is checked when the run starts"
+        url = local.url
+    try:
+        store = Store.connect(url)
+    except StoreUnavailable:  # the run itself says why, in one line, when it cannot reach it either
+        return f"the store at {redact_url(url)} is not reachable: a config change is checked when the run starts"
+    store.experiments.check_rerun(cfg.experiment, workload=spec.workload, config=to_dict(cfg),
+                                  config_hash=config_hash(cfg), allow_change=allow_change)
+    return "its recorded config matches" if cfg.experiment in store.experiments.names() else "a new experiment"
 
 
 def _joins_cluster() -> bool:
@@ -346,7 +367,9 @@ def main(spec: JobSpec[C], argv: list[str] | None = None) -> dict[str, Any]:
             return {}
         if args.dry_run:
             preflight(spec, cfg, start_ray=False, sources=sources)
-            print(f"{parser.prog}: config of experiment {cfg.experiment!r} checked; nothing started (--dry-run)")
+            recorded = check_recorded_config(spec, cfg, allow_change=args.allow_config_change)
+            print(f"{parser.prog}: config of experiment {cfg.experiment!r} checked ({recorded}); "
+                  "nothing started (--dry-run)")
             return {}
         # `ray job stop` sends SIGTERM: the record then says "killed", not "running"
         return execute(spec, cfg, allow_config_change=args.allow_config_change, stop_on_sigterm=True,

@@ -145,11 +145,11 @@ def info_only(err: str) -> bool:
 def test_a_dry_run_with_octal_looking_ids_checks_them_and_exits_0(capsys):
     code, out, err = run_cli(soar, ["--config", "configs/soar-demo.yaml", "tasks.split=arc1-eval",
                                     "tasks.ids=[00576224, 03560426]", "tasks.heldout_ids=[]", "--dry-run"], capsys)
-    assert code == 0 and info_only(err) and "checked; nothing started" in out
+    assert code == 0 and info_only(err) and "nothing started (--dry-run)" in out
     assert "tasks: 2 searched, 0 held out, 0 extra from arc1-eval" in err  # what it found, before anything starts
     code, out, err = run_cli(soar, ["--config", "configs/soar-demo.yaml", "tasks.extra_split=arc1-eval",
                                     "tasks.extra_ids=[0c786b71]", "--dry-run"], capsys)
-    assert code == 0 and info_only(err) and "checked; nothing started" in out
+    assert code == 0 and info_only(err) and "nothing started (--dry-run)" in out
     assert "tasks: 19 searched, 16 held out, 1 extra from arc1-train and arc1-eval" in err
 
 

@@ -248,6 +248,29 @@ def test_a_changed_config_is_refused_before_ray_starts_in_one_line_with_old_and_
     assert store.experiments.get(experiment_name).config_hash == config_hash(first)
 
 
+def test_a_dry_run_refuses_a_changed_config_that_the_run_would_refuse(store, tmp_path, experiment_name, capsys):
+    """--dry-run said "checked" for a rerun that the run itself then refused (ConfigChanged)."""
+    base = [f"experiment={experiment_name}", f"runs_dir={tmp_path}"]
+    first = runner.parse(TOY, base)
+
+    def dry_run(*extra: str) -> tuple[int, str, str]:
+        try:
+            runner.main(TOY, [*base, *extra, "--dry-run"])
+            code = 0
+        except SystemExit as e:
+            code = e.code
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    assert dry_run("--iterations", "3")[1].endswith("checked (a new experiment); nothing started (--dry-run)\n")
+    store.experiments.create(experiment_name, "toy", to_dict(first), config_hash=config_hash(first))
+    assert "(its recorded config matches)" in dry_run()[1]
+    code, _, err = dry_run("--iterations", "3")
+    assert code == 2 and "was run with another config (changed: iterations 1 -> 3)" in err
+    assert dry_run("--iterations", "3", "--allow-config-change")[0] == 0
+    assert store.experiments.get(experiment_name).config_hash == config_hash(first)  # a dry run writes nothing
+
+
 DRIVER = textwrap.dedent("""
     import sys, time
     from dataclasses import dataclass
