@@ -38,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common.ports import free_port
+from common.procs import pids, ppid
 from common.sampling import Completion, SamplingParams
 
 GOAL = {"pool1": 0.95, "http": 0.9}  # tokens/s over the bare engine's (issue #16)
@@ -80,17 +81,11 @@ def process_cpu(exclude: frozenset[int] = frozenset()) -> dict[str, float]:
     `exclude`: pids left out (the background load)."""
     if not Path("/proc/self/stat").exists():
         return {}
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):  # gone meanwhile
-                pass
+    parents = {pid: ppid(pid) for pid in pids()}  # 0: gone meanwhile
     ours, frontier = {os.getpid()}, [os.getpid()]
     while frontier:
         parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in ours]
+        children = [pid for pid, up in parents.items() if up == parent and pid not in ours]
         ours.update(children)
         frontier.extend(children)
     tick = os.sysconf("SC_CLK_TCK")

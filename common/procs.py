@@ -1,11 +1,13 @@
 """Reading other processes from /proc (Linux): command lines, parents, and whether a process's
-memory holds some bytes. The fault demos find Ray's workers and sandboxes by these; the secret
-checks look into Ray's GCS with memory_holds."""
+memory holds some bytes. The drills (drills/) find Ray's workers and sandboxes by these, tests
+find the processes they started, and the secret scan (drills/secret_scan.py) looks into Ray's
+GCS with memory_holds."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -28,12 +30,34 @@ def ppid(pid: int) -> int:
     return 0
 
 
-def memory_holds(pid: int, needle: bytes) -> bool:
-    """Whether the process's readable memory (its vdso and vvar pages left out) holds `needle`."""
+def pids_titled(title: str) -> list[int]:
+    """Processes whose command line starts with `title` (Ray names a worker `ray::<task or actor>`)."""
+    return [p for p in pids() if cmdline(p).startswith(title.encode())]
+
+
+def pids_naming(text: str) -> list[int]:
+    """Processes whose command line holds `text` anywhere (Ray passes its session dir to each of its
+    processes, so a Ray's temp dir finds them all)."""
+    return [p for p in pids() if text.encode() in cmdline(p)]
+
+
+def lineage(pid: int, depth: int = 64) -> Iterator[int]:
+    """`pid`, its parent, its grandparent, ... up to (not including) init, at most `depth` of them."""
+    for _ in range(depth):
+        yield pid
+        pid = ppid(pid)
+        if pid <= 1:
+            return
+
+
+def memory_holds(pid: int, needle: bytes, writable: bool = False) -> bool:
+    """Whether the process's readable memory (its vdso and vvar pages left out) holds `needle`;
+    `writable`: only the pages it can also write (its heap and stacks, not its code or files)."""
     with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
         for line in maps:
             fields = line.split()
-            if "r" not in fields[1] or (len(fields) > 5 and fields[5].startswith("[v")):
+            if "r" not in fields[1] or (writable and "w" not in fields[1]) or (
+                    len(fields) > 5 and fields[5].startswith("[v")):
                 continue
             lo, hi = (int(x, 16) for x in fields[0].split("-"))
             try:

@@ -79,7 +79,9 @@ def sample_pool(model: str, questions: int, k: int, seed: int, temperature: floa
 
 def balanced(pool: list[dict], seed: int = 0) -> list[dict]:
     """As many right as wrong candidates of each question (questions with only one kind dropped),
-    so that which question it is tells nothing about the verdict: only the candidate does."""
+    so that which question it is tells nothing about the verdict: only the candidate does.
+    Not scaling/verifier_adapter.py's `balanced`, which keeps one row of a one-kind question and
+    groups by question text (this probe's pools by generated id)."""
     rng = random.Random(seed)
     by_question: dict[str, tuple[list, list]] = {}
     for r in pool:
@@ -92,7 +94,9 @@ def balanced(pool: list[dict], seed: int = 0) -> list[dict]:
 
 
 def verdict_rows(pool: list[dict], replay: float, seed: int = 0) -> list[dict[str, str]]:
-    """Verdict-only rows on the pool's candidates, plus `replay` x as many seed-corpus answer rows."""
+    """Verdict-only rows on the pool's candidates, plus `replay` x as many seed-corpus answer rows.
+    The seed's own format (compact prompt, no chat template, " Verdict: 0|1"), not the chat-templated,
+    prefilled one of scaling/verifier_adapter.py's `verdict_rows` for a pretrained model."""
     rows = [{"prompt": verify_prompt(r["question"], r["candidate"], "compact"),
              "completion": VERDICTS[int(r["correct"])]} for r in pool]
     if replay:

@@ -13,11 +13,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from local_cluster import LocalCluster, api_key_check  # noqa: E402  (sets the loopback environment before Ray loads)
+from drills.local_cluster import LocalCluster  # noqa: E402
+from drills.secret_scan import ON_TWO_WORKERS, api_key_check  # noqa: E402
 
 
 def main() -> dict:
@@ -29,7 +28,7 @@ def main() -> dict:
         ray.init(address=cluster.gcs_address)
         try:
             out: dict = {"node_ips": sorted({n["NodeManagerAddress"] for n in ray.nodes()})}
-            out["api_key"] = api_key_check(cluster)
+            out["api_key"] = api_key_check(cluster.base / "etc", [cluster.gcs_pid()], **ON_TWO_WORKERS)
             out["served"] = {",".join(v["resources"]): v["sampler"]["items"] for v in LEDGER.report(ray.nodes()).values()}
             refusals = {}
             for name, demands in {"total": [Demand("sampler.num_actors", 5, {"CPU": 1.0})],

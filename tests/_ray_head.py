@@ -16,20 +16,14 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 from common.ports import free_port
+from common.procs import pids_naming
 
 
 def processes_under(temp_dir: str) -> list[int]:
     """Pids whose command line names `temp_dir` (Ray passes its session dir to every process)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                if temp_dir.encode() in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-    return pids
+    return pids_naming(temp_dir)
 
 
 def stop_head(temp_dir: str) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from common.procs import memory_holds
 from verifiers.arc import ArcExecutor, ArcTask
 from verifiers.arc.sandbox import SandboxLimits, SandboxWorker, decode_run
 
@@ -175,25 +176,6 @@ def test_death_by_a_signal_from_outside_is_not_cached(store, sig, error_type):
         assert not any(_cached(store, ex, sleeper))
 
 
-def _memory_holds(pid: int, needles: list[bytes]) -> list[bytes]:
-    """Which needles appear anywhere in the writable memory of process ``pid``."""
-    found = set()
-    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", 0) as mem:
-        for line in maps:
-            fields = line.split()
-            if "r" not in fields[1] or "w" not in fields[1]:
-                continue
-            if len(fields) > 5 and fields[5] in ("[vvar]", "[vsyscall]", "[vvar_vclock]"):
-                continue
-            lo, hi = (int(x, 16) for x in fields[0].split("-"))
-            try:
-                data = os.pread(mem.fileno(), hi - lo, lo)
-            except OSError:
-                continue
-            found.update(n for n in needles if n in data)
-    return sorted(found)
-
-
 def test_programs_code_and_outputs_do_not_stay_in_the_worker():
     # Every child is a fork of the worker: what the worker's heap still holds of an earlier
     # program (freed, not erased), every later program can read with ctypes.string_at.
@@ -210,7 +192,9 @@ def test_programs_code_and_outputs_do_not_stay_in_the_worker():
         assert first.status == "ok" and "".join(map(str, first.output[0])) == row
         decode_run(worker.run("k", [[[1]], [[2]]], SandboxLimits(), FLIP), 2)
         worker.ping()  # every child reaped
-        leaked = _memory_holds(worker.pid, [secret.encode(), row.encode(), row[::-1].encode()])
+        # the worker's writable memory: its heap, where a program's freed text and outputs would stay
+        leaked = [n for n in (secret.encode(), row.encode(), row[::-1].encode())
+                  if memory_holds(worker.pid, n, writable=True)]
     finally:
         worker.close()
     assert not leaked, leaked

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from common import procs
 from verifiers.arc import ArcExecutor, ArcTask
 
 SECRET = "RATCHET_TEST_SECRET"
@@ -209,17 +210,8 @@ def test_valid_output_forms(executor, ret, grid):
     assert result.train[0].status == "ok" and result.train[0].output == grid
 
 
-def _children_of(pids: list[int]) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) in pids:
-                found.append(int(entry))
-    return found
+def _children_of(parents: list[int]) -> list[int]:
+    return [p for p in procs.pids() if procs.ppid(p) in parents]
 
 
 def _rss_kb() -> int:

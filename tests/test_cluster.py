@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ import yaml
 
 from common.config import load_config
 from common.placement import CapacityError, Demand, NodeLedger, actor_options, check_capacity
+from common.ports import free_port
 from evolution.config import SoarConfig
 from ray_jobs import checks, scaling, soar, tpo
 from ray_jobs.cluster import ClusterError, check_cluster
@@ -241,8 +241,8 @@ def test_on_three_nodes_spread_samplers_serve_from_both_workers_keys_stay_out_of
     assert probe.returncode == 0, probe.stderr[-3000:]
     out = json.loads(probe.stdout.strip().splitlines()[-1])
     assert out["node_ips"] == ["127.0.0.1"]  # every node on loopback
-    assert out["api_key"] == {"completions": 8, "endpoint_got_the_key": True, "gcs_holds_key_file_path": True,
-                              "key_not_in_gcs": True}
+    assert out["api_key"] == {"completions": 8, "requests": 8, "endpoint_got_the_key": True,
+                              "gcs_holds_key_file_path": True, "key_not_in_gcs": True}
     assert set(out["served"]) == {"w1", "w2"} and sum(out["served"].values()) == 8, out["served"]
     refusals = out["refusals"]
     assert refusals["fits"] is None
@@ -280,9 +280,7 @@ def test_the_clusters_redis_listens_on_tcp_with_a_password_and_its_url_file_is_p
 
     with pytest.raises(ValueError, match="port 6379 is Ray's head's"):
         start_tcp_server(tmp_path / "r0", host="127.0.0.1", port=6379)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = start_tcp_server(tmp_path / "redis", host="127.0.0.1", port=port)
     try:
         assert server.url == f"redis://:{server.password}@127.0.0.1:{port}/0"

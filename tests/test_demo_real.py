@@ -1,25 +1,18 @@
-"""scripts/demo_real.py names each workload's experiment by its config's content: a rerun resumes
-its own run, and a changed config starts anew instead of being refused. On 2026-12-03 a fresh
+"""drills/demo_real.py (make demo-real) names each workload's experiment by its config's content: a
+rerun resumes its own run, and a changed config starts anew instead of being refused. On 2026-12-03 a fresh
 clone's `make demo-real` met the machine's Redis holding `scaling-smollm-vllm` from an earlier
 config, and the job (rightly) refused to resume it."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from drills import demo_real as demo
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _demo():
-    spec = importlib.util.spec_from_file_location("demo_real", ROOT / "scripts" / "demo_real.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_demo_experiments_follow_the_config_and_its_overrides(tmp_path):
-    demo = _demo()
     cfg = tmp_path / "tpo-smollm.yaml"
     cfg.write_text("experiment: tpo-smollm\niterations: 2\n")
     first = demo.demo_experiment(cfg, [])
@@ -32,7 +25,6 @@ def test_demo_experiments_follow_the_config_and_its_overrides(tmp_path):
 def test_a_rebuilt_verifier_adapter_is_another_demo_experiment(tmp_path, monkeypatch):
     """The verifier demo's config names an embedded adapter; its manifest is part of the digest, so a
     rebuilt adapter never meets the stored verdicts of the old one (the job would refuse them)."""
-    demo = _demo()
     monkeypatch.setattr(demo, "ROOT", tmp_path)
     (tmp_path / "models" / "lora").mkdir(parents=True)
     (tmp_path / "models" / "lora" / "manifest.json").write_text('{"recipe_hash": "a"}')
@@ -45,7 +37,6 @@ def test_a_rebuilt_verifier_adapter_is_another_demo_experiment(tmp_path, monkeyp
 
 
 def test_the_verifier_demo_is_a_scaling_job_on_its_own_config():
-    demo = _demo()
     job, stem = demo.CONFIGS["verifier"]
     assert job == "scaling" and (ROOT / "configs" / f"{stem}.yaml").exists()
     assert "verifier" not in demo.DEFAULT_WORKLOADS  # make demo-real keeps its four steps
@@ -56,7 +47,6 @@ def test_a_finished_job_reports_its_headline(tmp_path, monkeypatch):
     with its CI and the verifier's AUC beside the votes'), not only where the report is."""
     import json
 
-    demo = _demo()
     monkeypatch.setattr(demo, "ROOT", tmp_path)
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "scaling-smollm-verifier.yaml").write_text("experiment: x\n")

@@ -1,4 +1,5 @@
-"""Dependencies point one way: ray_jobs -> workloads -> search -> training -> verifiers -> store, common.
+"""Dependencies point one way: benchmarks, drills -> ray_jobs -> workloads -> search -> training ->
+verifiers -> store, common.
 
 A lower layer never imports a higher one, and the workload packages (evolution, scaling,
 thinking) never import each other: what two of them share belongs a layer below (search/
@@ -25,6 +26,7 @@ LAYERS: dict[str, int] = {
     "thinking": 5,
     "ray_jobs": 6,
     "benchmarks": 7,
+    "drills": 7,
 }
 SIDEWAYS: set[tuple[str, str]] = set()  # (package, module) edges between equal ranks that are sanctioned: none
 
@@ -147,10 +149,16 @@ def test_a_wrong_way_import_is_caught(tmp_path):
     (tmp_path / "evolution" / "side.py").write_text("from scaling.curves import x\nfrom search.pool import SamplerPool\n")
     (tmp_path / "search").mkdir()
     (tmp_path / "search" / "up.py").write_text("import scaling.experiment\n")
+    (tmp_path / "ray_jobs").mkdir()
+    (tmp_path / "ray_jobs" / "up.py").write_text("from drills.secret_scan import api_key_check\n")
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "side.py").write_text("import drills.chaos\n")
     assert wrong_way(tmp_path) == [
         "store/bad.py:2 imports evolution.dsl (store -> evolution)",
         "search/up.py:1 imports scaling.experiment (search -> scaling)",  # up into a workload package
         "evolution/side.py:1 imports scaling.curves (evolution -> scaling)",  # sideways between workloads
+        "ray_jobs/up.py:1 imports drills.secret_scan (ray_jobs -> drills)",  # a job never needs a drill
+        "benchmarks/side.py:1 imports drills.chaos (benchmarks -> drills)",
     ]
 
 
@@ -158,4 +166,4 @@ def test_every_package_logs_to_a_runs_log():
     """A package missing from RATCHET_PACKAGES loses its DEBUG lines from runs/<experiment>/run.log."""
     from common.logs import RATCHET_PACKAGES
 
-    assert set(LAYERS) - {"benchmarks"} <= set(RATCHET_PACKAGES)
+    assert set(LAYERS) - {"benchmarks", "drills"} <= set(RATCHET_PACKAGES)  # neither runs as a job

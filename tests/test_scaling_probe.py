@@ -1,19 +1,17 @@
-"""scripts/scaling_probe.py seeds: runs of one config at several sample_seeds, pooled per question."""
+"""scaling/probe.py seeds (scripts/scaling_probe.py seeds): runs of one config at several
+sample_seeds, pooled per question."""
 
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from scaling import probe as scaling_probe
 from scaling.curves import CurvesConfig, compute_curves
-from search.scored_pool import synthetic_pool
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import scaling_probe  # noqa: E402
+from search.scored_pool import ScoredPool, synthetic_pool
 
 
 def saved_pools(tmp_path: Path, seeds=(1, 2, 3), questions=40) -> list[str]:
@@ -42,7 +40,7 @@ def test_seeds_prints_each_runs_report_difference_and_their_per_question_mean(tm
     got = figures(capsys.readouterr().out)
     expected = []
     for path in paths:  # what each run's own report says at the largest k (default curve settings)
-        pool = scaling_probe.ScoredPool.load(path)
+        pool = ScoredPool.load(path)
         rows = compute_curves(pool, CurvesConfig()).differences
         (row,) = [d for d in rows if d["k"] == 8 and d["strategy"] == "verification"]
         expected.append(row["difference"])

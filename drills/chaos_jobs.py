@@ -1,4 +1,4 @@
-"""What the chaos run (scripts/chaos.py) knows of each job: its small run, its kill points, how
+"""What the chaos run (drills/chaos.py) knows of each job: its small run, its kill points, how
 far a run has got (read from Redis), and the final state compared with an uninterrupted run.
 
 Progress is a count the job writes as it goes (soar: samples drawn; scaling: questions stored

@@ -23,33 +23,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from common.ports import free_port
-from common.procs import cmdline, memory_holds, ppid
+from common.procs import lineage, pids_naming
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD_RESOURCES = {"head": 1}
 WORKER_CPUS = 4  # logical: a worker left alone must hold every actor and the training task
 OBJECT_STORE = 200 * 1024 * 1024
-
-
-def pids_titled(title: str) -> list[int]:
-    """Processes whose command line starts with `title` (Ray names a worker `ray::<task or actor>`)."""
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and cmdline(int(p.name)).startswith(
-        title.encode())]
 
 
 def runtime_env_for(url_file: Path, out: Path, pip: bool = True) -> Path:
@@ -133,13 +123,7 @@ class LocalCluster:
     def node_of(self, pid: int) -> Any | None:
         """The node whose raylet started `pid` (a worker process: an actor or a task)."""
         raylets = {self.raylet_pid(n): n for n in [self.ray.head_node, *self.ray.worker_nodes]}
-        for _ in range(64):
-            if pid in raylets:
-                return raylets[pid]
-            pid = ppid(pid)
-            if pid <= 1:
-                return None
-        return None
+        return next((raylets[p] for p in lineage(pid) if p in raylets), None)
 
     def remove(self, node: Any) -> str:
         """Lose a worker node: SIGKILL its raylet and the processes it started (no graceful
@@ -194,10 +178,9 @@ class LocalCluster:
         if self.ray is not None:
             with contextlib.suppress(Exception):
                 self.ray.shutdown()
-        for pid in [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]:
-            if str(self.ray_tmp).encode() in cmdline(pid):  # anything of this cluster's left
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+        for pid in pids_naming(str(self.ray_tmp)):  # anything of this cluster's left
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         from store.tcp import stop_tcp_server
 
         if self.redis is not None:
@@ -213,68 +196,3 @@ class LocalCluster:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-
-class _Completions(BaseHTTPRequestHandler):
-    """A real OpenAI-shaped /v1/completions endpoint: " 7" for every prompt and sample; it
-    records the bearer tokens it is sent."""
-
-    seen: list[str] = []
-
-    def do_POST(self):  # noqa: N802 (http.server's name)
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.seen.append(self.headers.get("Authorization", ""))
-        prompts = body["prompt"] if isinstance(body["prompt"], list) else [body["prompt"]]
-        choices = [{"index": i, "text": " 7", "finish_reason": "stop", "logprobs": None}
-                   for i in range(len(prompts) * body.get("n", 1))]
-        data = json.dumps({"id": "c", "object": "text_completion", "created": 0, "model": body["model"],
-                           "choices": choices, "usage": {"prompt_tokens": 1, "completion_tokens": len(choices),
-                                                         "total_tokens": 1 + len(choices)}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@contextlib.contextmanager
-def completions_endpoint() -> Iterator[str]:
-    """A local OpenAI-compatible endpoint on 127.0.0.1; yields its base URL."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Completions)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    _Completions.seen = []
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/v1"
-    finally:
-        server.shutdown()
-
-
-def api_key_check(cluster: LocalCluster, prompts: int = 8) -> dict[str, Any]:
-    """An engine's API key across nodes: sampler actors SPREAD over the workers read it from a
-    0400 file named in engine_kwargs (`api_key_file`) and send it; the GCS, which keeps every
-    actor's arguments, holds the file's path and never the key. Needs ray.init(cluster)."""
-    import asyncio
-
-    from common.sampling import SamplingParams
-    from search.pool import PoolConfig, SamplerPool
-
-    key = f"sk-cluster-{secrets.token_hex(12)}"
-    path = cluster.base / "etc" / "openai-key"
-    path.write_text(key)
-    path.chmod(0o400)
-    with completions_endpoint() as base_url:
-        pool = SamplerPool(PoolConfig(engine="openai", num_actors=2, num_cpus_per_actor=0.5, prompts_per_request=1,
-                                      scheduling_strategy="SPREAD",
-                                      engine_kwargs={"base_url": base_url, "model": "m", "api_key_file": str(path)}))
-        try:
-            rows = asyncio.run(pool.generate([f"{i}+1=" for i in range(prompts)], SamplingParams(n=1, max_tokens=2)))
-        finally:
-            pool.shutdown()
-        seen = list(_Completions.seen)
-    gcs = cluster.gcs_pid()
-    return {"completions": sum(len(r) for r in rows), "endpoint_got_the_key": bool(seen) and all(
-                s == f"Bearer {key}" for s in seen),
-            "gcs_holds_key_file_path": memory_holds(gcs, str(path).encode()),
-            "key_not_in_gcs": not memory_holds(gcs, key.encode())}

@@ -1,0 +1,262 @@
+"""Chaos run: kill the driver, a sampler actor, a verifier actor, a sandbox worker and
+redis-server at chosen points of a small job, restart, and compare with an uninterrupted run.
+
+    python scripts/chaos.py                          # make chaos: soar, scaling and tpo, seed 0
+    python scripts/chaos.py --workloads tpo --seed 3
+
+Everything runs on a redis-server of the script's own, and each driver starts its local Ray
+under a temp dir of the script's (RAY_TMPDIR): only those processes are ever signalled, and
+a killed driver's Ray goes with it, as it does for a user running the job on one machine.
+Per workload, a reference run goes through uninterrupted (experiment `<workload>-ref`) and
+its final progress count is read (drills/chaos_jobs.py: samples drawn, rows stored); then
+the chaos run (`<workload>-chaos`) is started, and each kill point (in random order) is hit
+once the chaos run's own count reaches a random share (5-85%) of the reference's: kills land
+while the job works, at a moment the seed fixes, however fast the machine is. Each run starts
+with an empty execution cache, so the chaos run's programs reach real sandboxes. A driver that
+ended (killed, or failed on the fault) is started again, as a user would, until it finishes.
+Then the final state is compared (chaos_jobs.snapshot): counts per task or phase (a
+duplicate would show there), program sets, budgets, pairs, published versions, statuses.
+Prints one JSON report; exit status 1 on a mismatch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from common.procs import cmdline, lineage, pids, pids_naming, ppid
+from drills.chaos_jobs import JOBS, POINTS, compare, differences, progress, snapshot, summary
+from store import Store, keys
+from store.server import ensure_local_server, stop_local_server
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SHARES = (0.05, 0.85)  # a kill point is hit at this share of the reference's final progress count
+POLL_S = 0.2  # how often the chaos run's progress is read
+FIND_WAIT_S = 600  # how long a kill point's process is looked for (a restarted driver on a busy machine
+# may take minutes to verify its first program, and only then starts a sandbox) before the kill counts as not made
+LEASE_TTL_S = 10  # short, so a killed driver's lease frees soon; a restart waits it out
+ACTOR_TITLES = {"sampler": "ray::SamplerWorker", "verifier": "ray::ArcVerifierActorImpl"}
+
+
+def _descends(pid: int, roots: set[int]) -> bool:
+    return any(p in roots for p in lineage(pid))
+
+
+def ray_roots(ray_tmp: str) -> set[int]:
+    """The Ray processes started under `ray_tmp` (Ray passes its session dir to each)."""
+    return set(pids_naming(ray_tmp))
+
+
+def candidates(ray_tmp: str, point: str) -> list[int]:
+    """The live processes for an actor or sandbox kill point: among the Ray processes started
+    under `ray_tmp` and their descendants."""
+    roots = ray_roots(ray_tmp)
+    if point in ACTOR_TITLES:
+        title = ACTOR_TITLES[point].encode()
+        return [p for p in pids() if cmdline(p).startswith(title) and _descends(p, roots)]
+    # sandbox: a verifier actor's zygote or one of its forked children (same cmdline)
+    return [p for p in pids() if b"zygote.py" in cmdline(p) and _descends(p, roots)]
+
+
+def find_process(ray_tmp: str, point: str) -> int | None:
+    """One of the point's candidates, at random; None when none runs now."""
+    hits = candidates(ray_tmp, point)
+    return random.choice(hits) if hits else None
+
+
+def census(ray_tmp: str) -> str:
+    """What a lookup that found nothing did see: verifier actors and sandbox processes."""
+    roots = ray_roots(ray_tmp)
+    mine = [p for p in pids() if _descends(p, roots)]
+    actors = sum(cmdline(p).startswith(ACTOR_TITLES["verifier"].encode()) for p in mine)
+    return f"{actors} verifier actor(s), {sum(b'zygote.py' in cmdline(p) for p in mine)} sandbox process(es)"
+
+
+def describe(point: str, pid: int) -> str:
+    if point == "sandbox":
+        return "sandbox child" if b"zygote.py" in cmdline(ppid(pid)) else "sandbox zygote"
+    return point
+
+
+def forget_executions(store: Store) -> int:
+    """Empty the execution cache (shared by experiments, keyed by task and program) before a
+    run: the chaos run then starts from what the reference started from. Left filled, it
+    answers every program the reference verified (the chaos run draws the same ones), so
+    the chaos run's verifier never starts a sandbox worker and the sandbox kill cannot land.
+    Returns the keys removed."""
+    names = list(store.client.scan_iter(match=keys.exec_cache("*")))
+    return store.client.delete(*names) if names else 0
+
+
+class Cluster:
+    """A redis-server of this script's own, and a temp dir for the jobs' Ray: each driver starts
+    its local Ray under it (RAY_TMPDIR), so its processes are found, and only they are signalled."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.ray_tmp = tempfile.mkdtemp(prefix="chaos-", dir="/tmp")  # short: Ray's socket paths are limited
+        self.redis_dir = base / "redis"
+        self.redis = ensure_local_server(self.redis_dir)
+        self.env = os.environ | {"RATCHET_REDIS_URL": self.redis.url, "RAY_TMPDIR": self.ray_tmp,
+                                 "RATCHET_LEASE_TTL_S": str(LEASE_TTL_S), "PYTHONPATH": str(ROOT)}
+        self.env.pop("RAY_ADDRESS", None)
+
+    def ray_roots(self) -> set[int]:
+        return ray_roots(self.ray_tmp)
+
+    def find(self, point: str) -> int | None:
+        """A live process of this cluster for the kill point (None when none runs now)."""
+        if point == "redis":
+            return int((self.redis_dir / "redis.pid").read_text())
+        return find_process(self.ray_tmp, point)
+
+    def describe(self, point: str, pid: int) -> str:
+        return describe(point, pid)
+
+    def kill(self, point: str, pid: int) -> None:
+        if point == "redis":  # SIGKILL, then the supervisor's part: start it again (same socket, password)
+            stop_local_server(self.redis_dir, kill=True)
+            self.redis = ensure_local_server(self.redis_dir)
+        else:
+            os.kill(pid, signal.SIGKILL)
+
+    def reap_ray(self) -> None:
+        """Kill what is left of a driver's local Ray after it ended (never `ray stop`: it
+        kills every Ray of the user on the machine)."""
+        roots = self.ray_roots()
+        for pid in [p for p in pids() if _descends(p, roots)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def close(self) -> None:
+        self.reap_ray()
+        stop_local_server(self.redis_dir)
+        shutil.rmtree(self.ray_tmp, ignore_errors=True)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def start_job(cluster: Cluster, workload: str, experiment: str, runs: Path, log) -> subprocess.Popen:
+    module, config, overrides = JOBS[workload]
+    argv = [sys.executable, "-m", module, "--config", config, f"experiment={experiment}", f"runs_dir={runs}",
+            *overrides]
+    return subprocess.Popen(argv, cwd=ROOT, env=cluster.env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def run_reference(cluster: Cluster, workload: str, runs: Path, log) -> tuple[float, int]:
+    """The uninterrupted run: its wall time and final progress count."""
+    started = time.monotonic()
+    forget_executions(Store.connect(cluster.redis.url))
+    rc = start_job(cluster, workload, f"{workload}-ref", runs, log).wait()
+    cluster.reap_ray()
+    if rc != 0:
+        raise SystemExit(f"the uninterrupted {workload} run failed (exit {rc}); see {log.name}")
+    return time.monotonic() - started, progress(Store.connect(cluster.redis.url), workload, f"{workload}-ref")
+
+
+def _progress(cluster: Cluster, workload: str, experiment: str) -> int:
+    try:  # a fresh client: redis-server may have just been killed and started again
+        return progress(Store.connect(cluster.redis.url), workload, experiment)
+    except Exception:  # restarting: no progress seen this time
+        return -1
+
+
+def run_chaos(cluster: Cluster, workload: str, runs: Path, log, total: int, rng: random.Random) -> dict:
+    """Start the job; hit each kill point once its progress count reaches the point's share of
+    the reference's `total` (shares drawn by `rng`, sorted); a driver that ended is started
+    again until the job finishes."""
+    experiment = f"{workload}-chaos"
+    forget_executions(Store.connect(cluster.redis.url))  # not the reference's results: the sandboxes must work
+    points = POINTS[workload][:]
+    rng.shuffle(points)
+    pending = list(zip(points, sorted(max(1, int(rng.uniform(*SHARES) * total)) for _ in points), strict=True))
+    kills: list[dict[str, Any]] = []
+    starts = 0
+    while True:
+        job = start_job(cluster, workload, experiment, runs, log)
+        starts += 1
+        t0 = time.monotonic()
+        while pending and job.poll() is None:
+            point, at = pending[0]
+            seen = _progress(cluster, workload, experiment)
+            if seen < at:
+                time.sleep(POLL_S)  # polling a count the job writes: the moment is chosen by progress
+                continue
+            pending.pop(0)
+            pid = job.pid if point == "driver" else cluster.find(point)
+            looked = time.monotonic()
+            while pid is None and job.poll() is None and time.monotonic() < looked + FIND_WAIT_S:
+                time.sleep(0.5)  # not started yet (a replacement, the first chunk's sandbox): look again
+                pid = cluster.find(point)
+            kill = {"point": point, "at_progress": at, "seen_progress": seen, "of": total, "start": starts,
+                    "at_s": round(time.monotonic() - t0, 1)}
+            if pid is None or job.poll() is not None:
+                why = "the run had finished" if job.poll() is not None else f"no such process within {FIND_WAIT_S} s"
+                if point not in ("driver", "redis"):  # what the lookup saw, for the report
+                    why += f" (seen: {census(cluster.ray_tmp)})"
+                kills.append(kill | {"made": False, "why": why})
+                print(json.dumps({workload: kills[-1]}), flush=True)
+                continue
+            kill["what"] = cluster.describe(point, pid)
+            cluster.kill(point, pid)
+            kills.append(kill | {"made": True})
+            print(json.dumps({workload: kills[-1]}), flush=True)  # as it happens: a long run shows its kills
+            if point == "driver":
+                break
+        rc = job.wait()
+        cluster.reap_ray()
+        if kills:
+            kills[-1].setdefault("driver_exit", rc)
+        if rc == 0:
+            kills += [{"point": p, "at_progress": at, "made": False, "why": "the run had finished"} for p, at in pending]
+            return {"kills": kills, "driver_starts": starts}
+        if starts > 2 * len(POINTS[workload]) + 2:
+            raise SystemExit(f"the chaos {workload} run did not finish after {starts} starts; see {log.name}")
+        time.sleep(LEASE_TTL_S + 1)  # a killed or failed driver: wait out its lease as a user would
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workloads", nargs="+", default=list(JOBS), choices=sorted(JOBS))
+    parser.add_argument("--seed", type=int, default=0, help="chooses the kill order and moments")
+    parser.add_argument("--out", default="runs/chaos", help="run dirs, job logs and chaos.json")
+    args = parser.parse_args(argv)
+    rng = random.Random(args.seed)
+    out = Path(args.out).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    cluster = Cluster(Path(tempfile.mkdtemp(prefix="ratchet-chaos-")))
+    report: dict[str, Any] = {"seed": args.seed}
+    try:
+        for workload in args.workloads:
+            with open(out / f"{workload}.log", "w") as log:
+                ref_s, total = run_reference(cluster, workload, out, log)
+                started = time.monotonic()
+                outcome = run_chaos(cluster, workload, out, log, total, rng)
+                chaos_s = time.monotonic() - started
+            store = Store.connect(cluster.redis.url)
+            ref = snapshot(store, workload, f"{workload}-ref", out)
+            chaos = snapshot(store, workload, f"{workload}-chaos", out)
+            report[workload] = {"reference_s": round(ref_s, 1), "chaos_s": round(chaos_s, 1), "progress": total,
+                                **outcome, "checks": compare(ref, chaos), "reference": summary(ref),
+                                "chaos": summary(chaos)}
+            if not all(report[workload]["checks"].values()) and "detail" in ref:  # soar's snapshots
+                report[workload]["differences"] = differences(ref, chaos)
+            print(json.dumps({workload: report[workload]}, indent=1, default=str), flush=True)
+    finally:
+        cluster.close()
+    (out / "chaos.json").write_text(json.dumps(report, indent=1, default=str))
+    ok = all(all(report[w]["checks"].values()) for w in args.workloads)
+    print(f"chaos: {'PASS' if ok else 'MISMATCH'} -> {out / 'chaos.json'}", flush=True)
+    return 0 if ok else 1
+
