@@ -10,6 +10,8 @@ GPUSET ?= .venv-gpuset
 MUTATE ?= .venv-mutate
 COSMIC_RAY_VERSION := 8.7.0
 MODULES ?=
+BASE ?=
+BUDGET_S ?= 900
 VLLMENV ?= .venv-vllm
 VPY := $(VLLMENV)/bin/python
 UV_VERSION := 0.13.8
@@ -19,7 +21,7 @@ export TRANSFORMERS_NO_ADVISORY_WARNINGS := 1
 export TOKENIZERS_PARALLELISM := false
 export RAY_USAGE_STATS_ENABLED := 0
 
-.PHONY: pretrained demo-real demo-verifier demo-soar-real mutate cluster-demo chaos setup setup-vllm test-vllm vllm-workloads setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
+.PHONY: pretrained demo-real demo-verifier demo-soar-real mutate mutate-changed cluster-demo chaos setup setup-vllm test-vllm vllm-workloads setup-gpu gpu-lock check-gpu-deps test-gpu-set gpu-check system-packages demo demo-sft demo-scaling demo-tpo seeds test test-all bench lint redis-down clean
 
 setup: $(STAMP) system-packages
 	@echo "ratchet is $(VENV)/bin/ratchet: 'source $(VENV)/bin/activate' puts it on this shell's PATH"
@@ -180,6 +182,13 @@ chaos: setup
 mutate: setup $(MUTATE)/bin/cosmic-ray
 	$(PY) scripts/fence_widenings.py
 	$(PY) scripts/mutate.py --tools $(MUTATE)/bin $(MODULES)
+
+# The habit before calling core-logic work done: mutate only the modules whose file or own tests
+# changed against BASE (default: the merge-base with origin/main, else HEAD, i.e. the uncommitted
+# and new files), no module started after BUDGET_S seconds; a kill rate per module.
+# make mutate-changed BASE=HEAD~3 BUDGET_S=600
+mutate-changed: setup $(MUTATE)/bin/cosmic-ray
+	$(PY) scripts/mutate.py --tools $(MUTATE)/bin --changed $(BASE) --budget-s $(BUDGET_S) $(MODULES)
 
 $(MUTATE)/bin/cosmic-ray:
 	python3 -m venv $(MUTATE) && $(MUTATE)/bin/pip install -q cosmic-ray==$(COSMIC_RAY_VERSION)

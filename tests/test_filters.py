@@ -196,3 +196,58 @@ def test_config_validation_names_the_field(kwargs, field):
 def test_reasons_are_the_documented_set():
     assert set(REASONS) == {"error", "invalid_grid", "background_only", "identical_outputs",
                             "identity", "hardcoded_output", "long_line"}
+
+
+# -- edges found by `make mutate MODULES=filters` (docs/testing.md, issue 46) ---------------------
+
+A, B, C = ((1, 2), (3, 4)), ((5, 6), (7, 8)), ((9, 9), (9, 9))
+
+
+def toy(train: list[tuple], test: list[tuple]):
+    from verifiers.arc.grids import ArcTask, Example
+
+    return ArcTask("toy", tuple(Example(i, o) for i, o in train), tuple(Example(i, o) for i, o in test))
+
+
+def ran(task, train_outputs, test_outputs, all_ok=True) -> Candidate:
+    return Candidate(task.id, "def transform(grid):\n    return grid\n", "h", train_outputs=tuple(train_outputs),
+                     test_outputs=tuple(test_outputs), all_ok=all_ok,
+                     statuses=("ok",) * (len(train_outputs) + len(test_outputs)))
+
+
+@pytest.mark.parametrize("kwargs", [{"identity_fraction": 0.0}, {"min_hardcoded_cells": 1}, {"max_line_chars": 1}])
+def test_config_takes_the_smallest_setting_each_field_allows(kwargs):
+    FilterConfig(**kwargs)
+
+
+def test_a_checked_filter_config_cannot_be_changed_past_its_checks():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        FilterConfig().identity_fraction = 2.0
+
+
+def test_an_output_missing_or_none_is_an_error_even_when_the_run_said_ok():
+    task = toy([(A, B), (B, C)], [(C, None)])
+    assert reasons_to_drop(ran(task, [B, C], [A]), task) == []
+    assert reasons_to_drop(ran(task, [B, C], [A], all_ok=False), task) == ["error"]
+    assert reasons_to_drop(ran(task, [B], [A]), task) == ["error"]  # one train output short: no crash either
+    assert reasons_to_drop(ran(task, [B, C], []), task) == ["error"]
+    assert reasons_to_drop(ran(task, [B, None], [A]), task) == ["error"]
+    assert reasons_to_drop(ran(task, [B, C], [None]), task) == ["error"]
+
+
+def test_two_identical_outputs_are_enough_unless_the_task_answers_one_grid_throughout():
+    task = toy([(A, B)], [(C, None)])  # one train pair, one test input: two outputs
+    assert reasons_to_drop(ran(task, [C], [C]), task) == []  # one train answer: nothing says outputs must differ
+    varied = toy([(A, B), (B, A)], [(C, None)])
+    assert reasons_to_drop(ran(varied, [C, C], [C]), varied) == ["identical_outputs"]
+    same = toy([(A, C), (B, C)], [(C, None)])  # every train answer is C: a constant program is right
+    assert reasons_to_drop(ran(same, [C, C], [C]), same) == []
+    two = toy([(A, B), (B, A)], [])
+    assert reasons_to_drop(ran(two, [C, C], []), two) == ["identical_outputs"]  # exactly two outputs
+
+
+def test_partition_takes_its_config_by_keyword_too(tasks):
+    task = tasks["007bbfb7"]
+    crash = run("def transform(grid):\n    return grid[5]\n", task)
+    kept, dropped = partition([crash], task, cfg=FilterConfig(drop_errors=False), purpose="voting")
+    assert kept == [crash] and not dropped

@@ -236,3 +236,117 @@ def test_learn_micro_batch_splits_a_step_into_forward_passes():
     for bad in (3, 0, -2):
         with pytest.raises(ValueError, match="micro_batch"):
             LearnConfig(batch_size=8, micro_batch=bad)
+
+
+# -- edges found by `make mutate MODULES=hindsight` (docs/testing.md, issue 46) --------------------
+
+def test_the_defaults_are_the_papers_and_the_bounds_take_their_smallest_values():
+    cfg = HindsightConfig()
+    assert (cfg.per_task, cfg.selection, cfg.refinement_per_task, cfg.vote_weighted) == (50, "greedy-diverse", 10, False)
+    HindsightConfig(per_task=1, refinement_per_task=0)  # no refinement rows at all is a setting
+    with pytest.raises(ValueError, match="per_task=0"):
+        HindsightConfig(per_task=0)
+    with pytest.raises(ValueError, match="refinement_per_task=-1"):
+        HindsightConfig(refinement_per_task=-1)
+
+
+def test_a_program_that_did_not_run_cleanly_on_every_input_defines_no_task(task, cands):
+    from dataclasses import replace
+
+    right = cands[0]
+    assert relabeled_task(task, replace(right, all_ok=False), random.Random(0)) is None  # its outputs all there
+    assert relabeled_task(task, replace(right, test_outputs=()), random.Random(0)) is None  # one output short
+
+
+def test_greedy_diverse_takes_the_best_half_rounded_up_and_only_wrong_programs_beside_them(task, cands):
+    rights = [candidate(task, (Step("rot180"),) + (Step("rot90"),) * (4 * i)) for i in range(5)]  # 5 right ones
+    wrongs = [cands[2], cands[5]]  # flip_h, rot90
+    for n, want_right in ((1, 1), (2, 1), (3, 2), (4, 2), (5, 3)):
+        for seed in range(6):
+            chosen = select_programs(rights + wrongs, HindsightConfig(per_task=n, drop=()), random.Random(seed))
+            assert sum(c.train_accuracy == 1.0 for c in chosen) == want_right, (n, seed)
+            assert chosen[0].code == rights[0].code  # the shortest right program leads
+
+
+def _refine(c: Candidate, parent: Candidate, correct: tuple[bool, ...], kind: str = "refine") -> Candidate:
+    from dataclasses import replace
+
+    return replace(c, kind=kind, parent=parent.code_hash, train_correct=correct)
+
+
+def test_which_children_teach_refinement_under_each_rule(task, cands):
+    n = len(task.train)
+    none, one, every = (False,) * n, (True,) + (False,) * (n - 1), (True,) * n
+    p0 = replace_correct(cands[2], none)  # a parent that solved nothing
+    p1 = replace_correct(cands[3], one)  # one pair
+    full = replace_correct(cands[4], every)  # all of them
+    improves = _refine(cands[5], p0, one)  # one more pair, not all
+    solves = _refine(cands[1], p0, every)
+    level = _refine(cands[6], p1, (False, True) + (False,) * (n - 2))  # as many pairs as its parent
+    after_full = _refine(cands[0], full, every)  # its parent was already right
+    sampled = _refine(candidate(task, (Step("flip_v"), Step("rot90"))), p0, every, kind="sample")  # not a refinement
+    pool = [p0, p1, full, improves, solves, level, after_full, sampled]
+    rng = random.Random(0)
+
+    def children(rule: str, **kw) -> set[str]:
+        from evolution.hindsight import refinement_rows
+
+        rows = refinement_rows(task, pool, HindsightConfig(refinement_per_task=10, refine_rule=rule), rng, **kw)
+        return {CODE_PREFIX + r["completion"] for r in rows}
+
+    assert children("improves") == {improves.code, solves.code}
+    assert children("solves") == {solves.code}
+    assert children("improves", learnable={solves.code_hash}) == {solves.code}
+    assert children("improves", learnable=set()) == set()
+
+
+def replace_correct(c: Candidate, correct: tuple[bool, ...]) -> Candidate:
+    from dataclasses import replace
+
+    return replace(c, train_correct=correct)
+
+
+def test_refinement_rows_stop_at_refinement_per_task(task, cands):
+    from evolution.hindsight import refinement_rows
+
+    n = len(task.train)
+    parent = replace_correct(cands[2], (False,) * n)
+    kids = [_refine(c, parent, (True,) * n) for c in (cands[0], cands[1], cands[5])]
+    for cap in (0, 1, 2):
+        rows = refinement_rows(task, [parent, *kids], HindsightConfig(refinement_per_task=cap), random.Random(0))
+        assert len(rows) == cap
+
+
+def test_sampling_rows_called_alone_are_text_rows_unweighted_unless_asked(task):
+    """sampling_rows' defaults: text prompts (not chat), ranking by accuracy then code length
+    (the vote weighs in only with vote_weighted)."""
+    from evolution.hindsight import sampling_rows
+
+    n = len(task.train)
+
+    def cand(code: str, tag: int, test) -> Candidate:
+        return Candidate(task.id, code, code_hash(code), train_correct=(False,) * n,
+                         train_outputs=tuple(((tag, k),) for k in range(n)), test_outputs=(test,), all_ok=True)
+
+    lone = cand(CODE_PREFIX + "    return 1", 9, ((2, 2),))  # shortest, alone in its vote group
+    majority = [cand(CODE_PREFIX + f"    return {i:04d}", i, ((1, 1),)) for i in (1, 2)]
+    rows = sampling_rows(task, [lone, *majority], HindsightConfig(per_task=1, selection="greedy"), random.Random(0),
+                         style="compact")
+    assert [CODE_PREFIX + r["completion"] for r in rows] == [lone.code] and isinstance(rows[0]["prompt"], str)
+    voted = sampling_rows(task, [lone, *majority], HindsightConfig(per_task=1, selection="greedy", vote_weighted=True),
+                          random.Random(0))
+    assert CODE_PREFIX + voted[0]["completion"] in {m.code for m in majority}
+
+
+def test_build_rows_counts_exactly_what_it_made_and_dropped(task, cands):
+    n = len(task.train)
+    parent = replace_correct(cands[2], (False,) * n)
+    child = _refine(cands[0], parent, (True,) * n)
+    identity = candidate(task, PROGRAMS["identity_like"])
+    other = load_split("arc1-train")["6150a2bd"]
+    rows, counts = build_rows({task.id: task, other.id: other},
+                              {task.id: [parent, child, cands[5], identity]},
+                              HindsightConfig(per_task=50, selection="greedy"), iteration=0)
+    assert counts == {"sample_rows": 3, "refine_rows": 1, "wrong_program_rows": 2, "tasks_with_rows": 1, "filtered": 1}
+    only_samples, counts = build_rows({task.id: task}, {task.id: [cands[5]]}, HindsightConfig(), iteration=0)
+    assert counts["tasks_with_rows"] == 1 and counts["refine_rows"] == 0  # sample rows alone count the task

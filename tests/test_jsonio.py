@@ -44,3 +44,19 @@ def test_a_tpo_summary_with_a_figure_without_value_is_written_as_strict_json(tmp
     report.write(tmp_path, {"iterations": [entry], "baselines": {"direct": []}, "arms": ["thought"]})
     loaded = _strict_load((tmp_path / "summary.json").read_text())
     assert loaded["iterations"][0]["score"] is None and loaded["iterations"][0]["score_spread"] is None
+
+
+def test_a_nan_the_walk_cannot_see_fails_loudly_instead_of_being_written():
+    with pytest.raises(ValueError, match="Out of range float"):
+        dumps({"x": object()}, default=lambda o: math.nan)  # the encoder's hook runs after strict()
+
+
+def test_only_numpy_scalars_are_unwrapped_and_files_are_indented_by_two(tmp_path):
+    class Boxed:  # has an item() but is no number: left to the encoder, never called
+        def item(self):
+            raise AssertionError("strict() called item() on a non-numpy object")
+
+    boxed = Boxed()
+    assert strict([boxed])[0] is boxed
+    write_json(tmp_path / "s.json", {"a": [1]})
+    assert (tmp_path / "s.json").read_text() == '{\n  "a": [\n    1\n  ]\n}\n'

@@ -245,3 +245,64 @@ def test_a_publish_whose_connection_keeps_breaking_gives_up_with_a_connection_er
         driver.models(experiment_name).publish("/ckpt/it1", note="iteration 1")
     assert 1 < _DropsAtEveryFenceRead.dropped <= 5
     assert store.models(experiment_name).list() == []
+
+
+# -- edges found by `make mutate MODULES=lease` (docs/testing.md, issue 46) ------------------------
+
+def test_acquire_and_renew_set_the_ttl_in_milliseconds(store: Store, experiment_name: str):
+    day = 86_400.0  # a long TTL: a wrong factor moves it by minutes, far more than the test's own run
+    lease = store.leases(experiment_name).acquire(ttl_s=day)
+    key = lease_key(experiment_name)
+    assert day * 1000 - 60_000 < store.client.pttl(key) <= day * 1000
+    store.client.pexpire(key, 5_000)
+    assert lease.renew() and day * 1000 - 60_000 < store.client.pttl(key) <= day * 1000
+    assert isinstance(lease.value, str) and lease.holder["token"] == lease.token
+
+
+def test_a_ttl_of_zero_is_refused(store: Store, experiment_name: str):
+    with pytest.raises(ValueError, match="ttl_s must be positive, got 0"):
+        store.leases(experiment_name).acquire(ttl_s=0)
+    assert store.leases(experiment_name).holder() is None
+
+
+def test_a_lease_from_a_client_that_decodes_answers_works_alike(store: Store, experiment_name: str, redis_server):
+    text = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    lease = Store(text).leases(experiment_name).acquire(ttl_s=60)
+    assert isinstance(lease.value, str) and lease.renew()
+    with pytest.raises(LeaseHeld):
+        Store(text).leases(experiment_name).acquire(ttl_s=60)
+
+
+def test_a_holder_without_its_fields_is_described_with_question_marks():
+    from store.lease import describe
+
+    assert describe({}) == "host ? (pid ?), started 1970-01-01 00:00:00 UTC"
+
+
+def test_a_takeover_names_the_superseded_drivers_token(store: Store, experiment_name: str):
+    old = Store(store.client)
+    lease = old.leases(experiment_name).acquire(ttl_s=60)
+    old.fence(lease)
+    store.client.incr(old.fence_for(experiment_name)[0])  # another driver took over
+    with pytest.raises(LeaseLost, match=rf"fencing token {lease.token}\)"):
+        old.archive(experiment_name).add_many([_rec(0)])
+
+
+def test_an_unfenced_pipeline_is_still_one_transaction(store: Store, experiment_name: str):
+    from store.lease import fenced_pipeline
+
+    with fenced_pipeline(store.client, experiment_name, None) as pipe:
+        assert pipe.transaction  # MULTI/EXEC: its writes land together or not at all
+        pipe.set(f"{experiment_name}:a", 1)
+    assert store.client.get(f"{experiment_name}:a") == b"1"
+
+
+def test_an_archive_write_whose_connection_keeps_breaking_gives_up_having_written_nothing(
+        store: Store, experiment_name: str, redis_server):
+    client = _AlwaysDrops.from_url(redis_server.url, client_name=NAME)
+    _DropsAtEveryFenceRead.admin, _DropsAtEveryFenceRead.dropped = store.client, 0
+    driver = Store(client)
+    driver.fence(driver.leases(experiment_name).acquire(ttl_s=60))
+    with pytest.raises(redis.ConnectionError, match="broke twice .* nothing was written"):
+        driver.archive(experiment_name).add_many([_rec(0)], counters={"n": 1})
+    assert _DropsAtEveryFenceRead.dropped == 2 and store.archive(experiment_name).counters(["n"]) == [0]

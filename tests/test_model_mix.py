@@ -249,3 +249,48 @@ def test_each_measured_search_has_its_own_mix_and_the_shares_are_pooled_per_spli
     assert store.archive(f"{experiment_name}.mix-uniform.heldout.s1").get_task(ONE_STEP_TASKS[4])
     with pytest.raises(ValueError, match="two models"):
         asyncio.run(mixture.measure_mixes(cfg, store, tasks, heldout, {"dud": dud}, None))
+
+
+# --- evolution/mixture.py's plain parts: which rules are measured, the shares pooled ---------
+
+def test_mix_rules_add_the_uniform_control_once():
+    def rules(**mix):
+        return mixture.mix_rules(load_config(None, SoarConfig, [f"mix.{k}={v}" for k, v in mix.items()]))
+
+    assert rules(rule="thompson") == ["thompson", "uniform"]
+    assert rules(rule="thompson", uniform_control="false") == ["thompson"]
+    assert rules(rule="uniform") == ["uniform"]  # the control is the rule itself: measured once
+    assert mixture.MIX_PREFIX + "thompson" == "model_mix_thompson"  # the baselines' key the report reads
+
+
+def _mix(**arms: tuple[int, float, float]):
+    """A stand-in mix whose bandit holds these arms: name -> (programs, right, seconds)."""
+    from types import SimpleNamespace
+
+    from evolution.model_mix import Arm
+
+    return SimpleNamespace(bandit=SimpleNamespace(arms={
+        n: Arm(n, programs=p, reward=r, seconds=s) for n, (p, r, s) in arms.items()}))
+
+
+def test_pooled_shares_add_each_splits_searches_and_divide_by_the_splits_totals():
+    mixes = {("demo", 0): _mix(a=(30, 3.0, 1.004), b=(10, 1.0, 2.0)),
+             ("demo", 1): _mix(a=(10, 0.0, 1.0), b=(30, 4.0, 0.5)),
+             ("heldout", 0): _mix(a=(0, 0.0, 0.0), b=(6, 0.0, 0.25))}
+    assert mixture.pooled_shares(mixes) == {
+        "demo": {"a": {"programs": 40, "right": 3.0, "seconds": 2.0, "budget_share": 0.5, "right_share": 0.375},
+                 "b": {"programs": 40, "right": 5.0, "seconds": 2.5, "budget_share": 0.5, "right_share": 0.625}},
+        # nothing right on held-out tasks: right shares are 0, not a division by zero
+        "heldout": {"a": {"programs": 0, "right": 0.0, "seconds": 0.0, "budget_share": 0.0, "right_share": 0.0},
+                    "b": {"programs": 6, "right": 0.0, "seconds": 0.25, "budget_share": 1.0, "right_share": 0.0}}}
+    assert mixture.pooled_shares(mixes)["demo"]["a"]["programs"] == 40
+    assert mixes[("demo", 0)].bandit.arms["a"].programs == 30  # the searches' own arms are not added into
+
+
+def test_pooled_shares_round_to_four_digits_and_leave_out_splits_that_drew_nothing():
+    shares = mixture.pooled_shares({("demo", 0): _mix(a=(1, 1.0, 0.123456), b=(2, 2.0, 0.0)),
+                                    ("heldout", 0): _mix(a=(0, 0.0, 0.0), b=(0, 0.0, 0.0))})  # resumed: nothing drawn
+    assert set(shares) == {"demo"}
+    assert shares["demo"]["a"] == {"programs": 1, "right": 1.0, "seconds": 0.12, "budget_share": 0.3333,
+                                   "right_share": 0.3333}
+    assert shares["demo"]["b"]["budget_share"] == 0.6667 and mixture.pooled_shares({}) == {}

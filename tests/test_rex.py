@@ -119,7 +119,7 @@ def test_edge_cases():
 
 @pytest.mark.parametrize("h,bin_", [
     (0.0, "zero"), (0.2, "low"), (1 / 3, "low"), (0.34, "low"), (0.35, "medium"),
-    (0.9, "medium"), (1.0, "all_train"),
+    (0.9, "medium"), (0.97, "medium"), (0.98, "all_train"), (1.0, "all_train"),
 ])
 def test_accuracy_bins(h, bin_):
     assert accuracy_bin(h) == bin_
@@ -164,3 +164,47 @@ def test_balanced_pool_excludes_what_the_refinement_filters_drop():
     pool = balanced_pool([crash, good], 5, np.random.default_rng(0),
                          keep=lambda c: keep_for_refinement(c, task))
     assert pool == [good]
+
+
+# -- edges found by `make mutate MODULES=rex` (docs/testing.md, issue 46) ------------------------
+
+@pytest.mark.parametrize("fields", [{"c": 0.5}, {"low_max": 0.01, "medium_max": 1.0}, {"low_max": 0.5, "medium_max": 0.51}])
+def test_rex_config_takes_every_setting_inside_its_bounds(fields):
+    RexConfig(**fields)
+
+
+@pytest.mark.parametrize("fields", [{"c": -1.0}, {"low_max": 0.0}, {"low_max": -0.5}, {"low_max": 0.5, "medium_max": 0.5},
+                                    {"medium_max": 1.5}])
+def test_rex_config_refuses_bins_that_overlap_or_leave_zero_to_one(fields):
+    with pytest.raises(ValueError, match="c: |low_max, medium_max"):
+        RexConfig(**fields)
+
+
+def test_the_default_draw_is_the_papers_beta_and_an_unlisted_program_was_never_refined():
+    pool = [cand(r, 4, tag=i) for i, r in enumerate([0, 1, 3, 4])]
+    got = sample_thetas(pool, {pool[2].code_hash: 3}, np.random.default_rng(0))
+    h, n = np.array([0.0, 0.25, 0.75, 1.0]), np.array([0, 0, 3, 0])
+    want = np.random.default_rng(0).beta(1 + 20 * h, 1 + 20 * (1 - h) + n)  # C = 20, as in the paper
+    assert np.array_equal(got, want)
+
+
+def test_each_pick_adds_exactly_one_to_n_for_the_later_picks_of_the_call():
+    pool = [cand(r, 5, tag=i) for i, r in enumerate([5, 4, 2])]
+    rng, counts, want = np.random.default_rng(11), {c.code_hash: 0 for c in pool}, []
+    for _ in range(40):  # the rule by hand: argmax of one draw per program, then N + 1 for the pick
+        best = pool[int(np.argmax(sample_thetas(pool, counts, rng)))]
+        counts[best.code_hash] += 1
+        want.append(best.code_hash)
+    got = [c.code_hash for c in choose_parents(pool, {}, 40, np.random.default_rng(11))]
+    assert got == want  # `{}`: a program not in the counter starts at N = 0
+
+
+def test_a_pool_of_size_zero_is_empty_not_an_error():
+    assert balanced_pool(mixed(), 0, np.random.default_rng(0)) == []
+
+
+def test_a_checked_rex_config_cannot_be_changed_past_its_checks():
+    from dataclasses import FrozenInstanceError
+
+    with pytest.raises(FrozenInstanceError):
+        RexConfig().c = -1.0

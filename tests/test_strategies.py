@@ -175,3 +175,64 @@ def test_k_out_of_range_names_the_limit():
     pool = synthetic_pool(3, 4, 2)
     with pytest.raises(ValueError, match="4 candidates"):
         get_strategy("consistency")(pool, Draws(pool, seeds=1), k=5, k_verif=None, options=StrategyOptions())
+
+
+# -- edges found by `make mutate MODULES=verification` (docs/testing.md, issue 46) -----------------
+
+def test_outcome_tables_use_the_order_shown_else_its_mirror_else_a_fair_coin():
+    from search.strategies.verification import outcome_table
+
+    counts = np.zeros((2, 3, 3, 3), np.int64)
+    counts[0, 0, 1] = [2, 1, 1]  # a shown first: won 2, lost 1, 1 unparsable; never shown the other way
+    counts[0, 1, 2] = [0, 1, 0]  # one comparison only, and its mirror stored too
+    counts[0, 2, 1] = [3, 0, 1]
+    counts[1, 2, 0] = [0, 0, 2]  # question 1: only unparsable ones
+    t = outcome_table(counts)
+    assert t[0, 0, 1].tolist() == [0.5, 0.25, 0.25]
+    assert t[0, 1, 0].tolist() == [0.25, 0.5, 0.25]  # mirrored: b first wins what a-first lost
+    assert t[0, 1, 2].tolist() == [0.0, 1.0, 0.0] and t[0, 2, 1].tolist() == [0.75, 0.0, 0.25]  # own order first
+    assert t[0, 0, 2].tolist() == t[0, 2, 0].tolist() == [0.5, 0.5, 0.0]  # never compared: a coin
+    assert t[1, 2, 0].tolist() == [0.0, 0.0, 1.0] and t[1, 0, 2].tolist() == [0.0, 0.0, 1.0]
+    assert t[1, 0, 1].tolist() == [0.5, 0.5, 0.0]  # question 0's comparisons are not question 1's
+
+
+def test_a_replayed_tie_break_credits_wins_to_the_right_side_and_unparsable_ones_to_nobody():
+    from search.strategies.verification import replay_tie_break
+
+    table = np.zeros((1, 2, 2, 3))
+    table[0, 0, 1] = [1, 0, 0]  # answer 0 shown first: it wins
+    table[0, 1, 0] = [0, 1, 0]  # answer 1 shown first: the second (answer 0) wins
+    args = (np.array([0]), np.array([[0, 1]]), np.array([[True, True]]), np.array([[0.1, 0.9]]))
+    assert replay_tie_break(np.random.default_rng(0), table, *args, 5).tolist() == [0]  # all 5 wins, lower score
+    table[0, 0, 1] = table[0, 1, 0] = [0, 0, 1]  # every comparison unparsable: the better score decides
+    assert replay_tie_break(np.random.default_rng(0), table, *args, 5).tolist() == [1]
+
+
+def test_drawing_every_verdict_scores_each_candidate_by_all_of_them_with_or_without_a_preliminary_round():
+    from search.selection import SelectionOptions
+    from search.strategies.verification import verdict_scores
+
+    pool = hand_pool([0, 1, 2], [0], [[1, 1, 0, -1, 1], [0, 0, 1, -1, -1], [1, 1, 1, 1, 0]])
+    for preliminary in (False, True):
+        draws = Draws(pool, seeds=20, seed=3)
+        options = SelectionOptions(preliminary=preliminary, n_preliminary=2)
+        score, prelim = verdict_scores(pool, draws, 5, options)
+        assert score.shape == prelim.shape == (20, 1, 3)
+        assert np.allclose(score, [0.6, 0.2, 0.8])  # ones / verdicts: every verdict drawn once
+        if preliminary:  # from the first 2 drawn: halves, and not all equal to the full score
+            assert set(np.unique(prelim * 2)) <= {0.0, 1.0, 2.0} and not np.allclose(prelim, score)
+
+
+def test_probability_scores_are_mean_probabilities_and_refused_without_them():
+    from search.selection import SelectionOptions
+    from search.strategies.verification import verdict_scores
+
+    pool = hand_pool([0, 1], [0], [[1, 0, 1], [0, 0, 1]])
+    with pytest.raises(ValueError, match="needs every verdict's probability"):
+        verdict_scores(pool, Draws(pool, seeds=2), 3, SelectionOptions(score="probability"))
+    pool.verdict_probs = np.array([[[0.9, 0.3, 0.6], [0.1, 0.2, 0.6]]], np.float32)
+    score, prelim = verdict_scores(pool, Draws(pool, seeds=4, seed=1), 3,
+                                   SelectionOptions(score="probability", n_preliminary=1))
+    assert score.shape == prelim.shape == (4, 1, 2) and np.allclose(score, [0.6, 0.3])
+    # the first of the drawn verdicts: one of the candidate's own probabilities
+    assert (np.abs(prelim[..., None] - pool.verdict_probs[None]).min(-1) < 1e-6).all()

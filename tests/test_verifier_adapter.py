@@ -22,8 +22,10 @@ from scaling.verifier_adapter import (
     VerifierRecipe,
     balanced,
     check_heldout,
+    sample_candidates,
     train_adapter,
     training_questions,
+    training_rows,
     verdict_rows,
 )
 from training import adapters
@@ -88,6 +90,37 @@ def test_a_heldout_check_refuses_questions_the_verifier_was_trained_on(tmp_path)
     check_heldout(str(tmp_path), ["What is 4 + 4?"])
     with pytest.raises(ValueError, match="trained on 1 of this experiment's questions"):
         check_heldout(str(tmp_path), ["What is 4 + 4?", "What is 2 + 3?"])
+
+
+def test_candidates_are_labelled_by_the_reference_answer_with_the_recipes_sampling():
+    recipe = VerifierRecipe(candidates=3, temperature=0.5, max_tokens=12, sample_seed=4)
+    asked = []
+
+    async def generate(prompts, params):
+        asked.append((len(prompts), params.n, params.temperature, params.max_tokens))
+        texts = ["so \\boxed{5}", "\\boxed{6}", "no idea"]
+        return [[Completion(texts[i % 3], "stop", 1, 1) for i in range(params.n)] for _ in prompts]
+
+    questions = [{"question": "What is 2 + 3?", "answer": "5"}, {"question": "What is 3 + 3?", "answer": "6"}]
+    rows = asyncio.run(sample_candidates(recipe, generate, questions))
+    assert asked == [(2, 3, 0.5, 12)]
+    assert [(r["question"][8:13], r["response"], r["correct"]) for r in rows] == [
+        ("2 + 3", "so \\boxed{5}", True), ("2 + 3", "\\boxed{6}", False), ("2 + 3", "no idea", False),
+        ("3 + 3", "so \\boxed{5}", False), ("3 + 3", "\\boxed{6}", True), ("3 + 3", "no idea", False)]
+    assert all(r["answer"] == q["answer"] for r, q in zip(rows, [q for q in questions for _ in range(3)], strict=True))
+
+
+def test_training_rows_balance_when_the_recipe_says_so_and_leave_out_long_rows(untrained_model):
+    tokenizer = AutoTokenizer.from_pretrained(untrained_model)
+    cands = ([{"question": "What is 2 + 3?", "response": f"\\boxed{{{5 + i}}}", "correct": i == 0} for i in range(4)]
+             + [{"question": "What is 1 + 1?", "response": "x" * 400, "correct": True}])
+    kept = training_rows(VerifierRecipe(max_length=10_000), cands, tokenizer)
+    assert sorted(r["completion"] for r in kept) == [" 0", " 1", " 1"]  # 1 right, 1 of 3 wrong, the one-kind question
+    every = training_rows(VerifierRecipe(balance=False, max_length=10_000), cands, tokenizer)
+    assert len(every) == 5
+    lengths = sorted(len(tokenizer(r["prompt"] + r["completion"])["input_ids"]) for r in every)
+    short = training_rows(VerifierRecipe(balance=False, max_length=lengths[-2]), cands, tokenizer)
+    assert len(short) == 4 and all("x" * 400 not in r["prompt"] for r in short)  # a row at the limit stays
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 from _models import GREEDY, build_models, expected
 
 from search.pool import PoolConfig, SamplerPool
-from search.weight_sync import FASTER, check_weight_sync, planned_path
+from search.weight_sync import FASTER, Switch, check_weight_sync, planned_path, takes_weights
 
 PROMPTS = [f"map {i} {(7 * i) % 10} =>" for i in range(6)]
 
@@ -46,6 +46,24 @@ def test_memory_is_refused_for_an_engine_that_cannot_take_weights():
     with pytest.raises(ValueError, match="must be one of auto, memory, disk"):
         check_weight_sync("fast", "transformers")
     PoolConfig(engine="openai", weight_sync="auto")  # auto: the openai engine loads checkpoints
+
+
+def test_memory_is_accepted_where_the_engine_takes_weights_and_the_field_is_named():
+    assert takes_weights("transformers") and takes_weights("vllm") and not takes_weights("openai")
+    for mode in ("auto", "memory", "disk"):
+        check_weight_sync(mode, "transformers")
+    check_weight_sync("disk", "openai")
+    with pytest.raises(ValueError, match=r"^mix.weight_sync=memory, but the openai engine .* set mix.weight_sync=disk"):
+        check_weight_sync("memory", "openai", field="mix.weight_sync")
+
+
+def test_a_switch_reports_its_path_seconds_and_why_it_fell_back():
+    quick = Switch("v3", "memory", 0.2049)
+    assert quick.summary() == {"switch_s": 0.2049, "weight_sync": "memory"}  # no note: no note key
+    assert quick.line() == "samplers switched to v3 in memory in 0.20 s"
+    slow = Switch("v4", "disk", 1.5, note="no weights in memory")
+    assert slow.summary() == {"switch_s": 1.5, "weight_sync": "disk", "weight_sync_note": "no weights in memory"}
+    assert slow.line() == "samplers switched to v4 from its checkpoint in 1.50 s (no weights in memory)"
 
 
 # --- the pool on a real local Ray ---------------------------------------------------

@@ -1,0 +1,339 @@
+"""Mutation testing of the pure-logic modules with cosmic-ray: a kill rate per module.
+
+    make mutate                                # every module below (hours on 2 cores)
+    make mutate MODULES="pairs fence curves"   # some of them
+    python scripts/mutate.py --list            # the modules, their tests and what is left out
+    make mutate-changed BUDGET_S=900           # only the modules a branch changed (or their tests)
+
+Each module's mutants run only against that module's own fast test files (`tests` below), one
+mutant at a time, the file mutated in place and restored (do not edit the tree meanwhile). The
+operators are the one-line slips a refactor makes: a number off by one, a comparison turned or
+its boundary moved, + for -, and/or swapped, a condition negated, True for False, a loop
+skipped (OPERATORS). Functions that only draw or format (`skip`) are not mutated. Survivors
+are written with their diffs to runs/mutate/<module>.txt; docs/testing.md lists the ones left
+on purpose (equivalent mutants) with a reason each.
+
+Before the mutants, each module's tests run once unmutated: a failing test would count every
+mutant as killed, so the run stops instead; the mutants' time limit is ten times that run
+(at least 30 s, at most the target's `timeout_s`), so a mutant that loops costs little.
+`--changed [BASE]` picks the modules whose file or own test files differ from BASE (default:
+the merge-base with origin/main where that exists, else HEAD: the uncommitted changes), new
+untracked files included; `--budget-s` starts no module after that many seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+import shlex
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "runs" / "mutate"
+OPERATORS = [
+    "core/NumberReplacer",
+    *(f"core/ReplaceComparisonOperator_{a}_{b}" for a, b in (
+        ("Eq", "NotEq"), ("NotEq", "Eq"), ("Is", "IsNot"), ("IsNot", "Is"),  # negated
+        ("Lt", "LtE"), ("LtE", "Lt"), ("Gt", "GtE"), ("GtE", "Gt"),  # boundary moved
+        ("Lt", "Gt"), ("Gt", "Lt"), ("LtE", "GtE"), ("GtE", "LtE"))),  # direction turned
+    *(f"core/ReplaceBinaryOperator_{a}_{b}" for a, b in (
+        ("Add", "Sub"), ("Sub", "Add"), ("Mul", "Div"), ("Div", "Mul"), ("FloorDiv", "Div"),
+        ("Pow", "Mul"), ("Mod", "FloorDiv"), ("BitOr", "BitAnd"), ("BitAnd", "BitOr"),
+        ("LShift", "RShift"), ("RShift", "LShift"))),
+    "core/ReplaceUnaryOperator_USub_UAdd", "core/ReplaceUnaryOperator_Delete_Not",
+    "core/ReplaceUnaryOperator_Delete_Invert",
+    "core/ReplaceAndWithOr", "core/ReplaceOrWithAnd", "core/AddNot",
+    "core/ReplaceTrueWithFalse", "core/ReplaceFalseWithTrue",
+    "core/ReplaceBreakWithContinue", "core/ReplaceContinueWithBreak", "core/ZeroIterationForLoop",
+]
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str  # the module mutated
+    tests: str  # pytest arguments: the module's own fast tests
+    skip: tuple[str, ...] = ()  # top-level functions/classes not mutated (drawing, formatting)
+    only: tuple[str, ...] = ()  # when given, only these top-level names are mutated
+    timeout_s: float = 300.0  # a mutant whose tests run longer is killed (an endless loop)
+
+
+TARGETS = {
+    # the seccomp rule table and its compilation; the process set-up calls beside it (limits,
+    # namespaces, chroot, uid) are exercised by every sandbox test at start-up
+    "fence": Target("verifiers/arc/fence.py", "tests/test_arc_fence_rules.py",
+                    only=("_ACT_ALLOW", "_ACT_ERRNO_EPERM", "_CMP_LT", "_CMP_EQ", "_CMP_MASKED_EQ", "_AT_EMPTY_PATH",
+                          "_O_ASYNC", "FCNTL_ALLOWED", "F_SETFL", "MAX_CLOCK_ID", "ALLOWED_SYSCALLS",
+                          "SeccompFilter")),
+    "pairs": Target("thinking/pairs.py",
+                    "tests/test_pairs.py tests/test_tpo_length.py tests/test_tpo.py "
+                    "tests/test_tpo_dpo.py::test_divergence_windows_move_the_common_prefix_into_the_prompt "
+                    "tests/test_judge_plugins.py::test_a_round_without_usable_verdicts_blames_the_judge "
+                    "-k 'pair or rho or ties or unparsable or length or divergence or window or blames'"),
+    "curves": Target("scaling/curves.py", "tests/test_curves.py tests/test_intervals.py",
+                     skip=("plot_curves",)),
+    "comparisons": Target("evolution/comparisons.py", "tests/test_comparisons.py tests/test_intervals.py"),
+    "strategies_base": Target("search/strategies/base.py", "tests/test_strategies.py tests/test_intervals.py"),
+    "pass_at_k": Target("search/strategies/pass_at_k.py", "tests/test_strategies.py tests/test_intervals.py"),
+    "best_of_n": Target("search/strategies/best_of_n.py", "tests/test_strategies.py"),
+    "verification": Target("search/strategies/verification.py", "tests/test_strategies.py"),
+    "selection": Target("search/selection.py", "tests/test_selection.py tests/test_strategies.py"),
+    "voting": Target("evolution/voting.py", "tests/test_voting.py"),
+    "rex": Target("evolution/rex.py", "tests/test_rex.py"),
+    "filters": Target("evolution/filters.py", "tests/test_filters.py"),
+    "scoring": Target("verifiers/arc/scoring.py", "tests/test_arc_scoring.py"),
+    "hindsight": Target("evolution/hindsight.py", "tests/test_hindsight.py"),
+    "keys": Target("store/keys.py", "tests/test_store.py tests/test_lease.py"),
+    "lease": Target("store/lease.py", "tests/test_lease.py"),
+    "prefix_cache": Target("search/engines/prefix_cache.py",
+                           "tests/test_prefix_cache.py -k 'blocks or longest or lru or budget'"),
+    "baselines": Target("evolution/baselines.py", "tests/test_baselines.py -k 'reproducible or chat'"),
+    "boundary": Target("training/boundary.py", "tests/test_boundary.py -k 'not sft'"),
+    "arc_adapter": Target("evolution/arc_adapter.py",
+                          "tests/test_arc_adapter.py -k 'not soar_searches and not shipped_adapter' "
+                          "'tests/test_embedded.py::test_shipped_model_matches_its_recipe[smollm2-arc-lora]'",
+                          skip=("train_adapter", "build_embedded")),  # trainings: test_soar_searches builds one
+    "model_mix": Target("evolution/model_mix.py", "tests/test_model_mix.py"),
+    # the mask's arithmetic; install() patches vLLM, which only .venv-vllm has (tests/test_vllm_cpu.py)
+    "top_p": Target("search/engines/top_p.py", "tests/test_top_p.py", skip=("install", "install_from_env")),
+    # plug-in points (issue #49): what a user's judge, checker or task source must be, refused at --dry-run
+    "plugins": Target("common/plugins.py", "tests/test_plugins.py tests/test_judge_plugins.py tests/test_scaling_checker.py "
+                      "tests/test_soar_tasks.py -k 'dry_run or refused or cannot or import_path or dotted or bound'"),
+    "judge_registry": Target("verifiers/judges/registry.py", "tests/test_judge_plugins.py tests/test_judges.py "
+                             "-k 'not trains_both_arms and not job_fails and not trained_with_trl'"),
+    "checker": Target("verifiers/math_answers.py", "tests/test_scaling_checker.py -k 'checker and not documented'",
+                      only=("load_checker", "check_answer", "_is_verdict", "grade_answers")),
+    "task_sources": Target("evolution/tasks.py", "tests/test_soar_tasks.py -k 'not documented'",
+                           only=("load_split", "load_file", "with_solutions", "_from_source", "is_scored")),
+    "coalescer": Target("search/sampler_worker.py", "tests/test_coalescer.py", only=("BATCH_WAIT_S", "_Request", "Coalescer")),
+    # issue #46: the modules never mutated before, each against its own fast tests
+    # which path a switch takes; the pool's switch itself runs on Ray in the same file's slow half
+    "weight_sync": Target("search/weight_sync.py", "tests/test_weight_sync.py -k 'not pool and not serves "
+                          "and not loads'"),
+    # the manifest, hashes, content address and CLI; convert() runs transformers on a tiny GGUF
+    "pretrained": Target("training/pretrained.py", "tests/test_pretrained.py"),
+    "placement": Target("common/placement.py", "tests/test_placement.py", skip=("node_id",)),
+    "stopping": Target("ray_jobs/stopping.py", "tests/test_stopping.py"),
+    "jsonio": Target("common/jsonio.py", "tests/test_jsonio.py"),
+    # the recipe, the questions, balancing and rows; sampling and training run in .venv-vllm (test_embedded)
+    "verifier_adapter": Target("scaling/verifier_adapter.py",
+                               "tests/test_verifier_adapter.py -k 'not merges_into and not scaling_job' "
+                               "'tests/test_embedded.py::test_shipped_model_matches_its_recipe[smollm2-verifier-lora]'",
+                               skip=("run_sampling", "train_adapter", "build_embedded")),
+    # the rules measured and the shares pooled; measure_mixes is the SOAR loop's (tests/test_model_mix.py, slow)
+    "mixture": Target("evolution/mixture.py", "tests/test_model_mix.py -k 'mix_rules or pooled_shares'",
+                      only=("MIX_PREFIX", "mix_rules", "pooled_shares")),
+}
+
+
+def _name(node: ast.stmt) -> str | None:
+    if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return node.target.id
+    return getattr(node, "name", None)
+
+
+def skipped_lines(path: Path, t: Target) -> set[int]:
+    """Lines of the top-level statements `t.skip` names, or of those `t.only` does not."""
+    tree = ast.parse(path.read_text())
+    names = {_name(n) for n in tree.body}
+    missing = (set(t.skip) | set(t.only)) - names
+    if missing:
+        raise SystemExit(f"scripts/mutate.py: {path} has no {sorted(missing)}; update TARGETS")
+    out: set[int] = set()
+    for node in tree.body:
+        if _name(node) in t.skip or (t.only and _name(node) not in t.only):
+            out.update(range(node.lineno, node.end_lineno + 1))
+    return out
+
+
+def line_ranges(path: Path, skip: set[int]) -> list[str]:
+    """The module's lines minus `skip`, as cosmic-ray's line filter wants them ("a-b")."""
+    n = len(path.read_text().splitlines())
+    keep = [i for i in range(1, n + 1) if i not in skip]
+    ranges, start = [], None
+    for i, line in enumerate(keep):
+        if start is None:
+            start = line
+        if i + 1 == len(keep) or keep[i + 1] != line + 1:
+            ranges.append(f"{start}-{line}")
+            start = None
+    return ranges
+
+
+def config(t: Target, python: str) -> str:
+    every = json.dumps  # TOML strings and lists of strings are JSON's
+    command = f"{python} -m pytest -x -q -p no:cacheprovider {t.tests}"
+    lines = line_ranges(ROOT / t.path, skipped_lines(ROOT / t.path, t))
+    return "\n".join([
+        "[cosmic-ray]",
+        f"module-path = {every(t.path)}",
+        f"timeout = {t.timeout_s}",
+        "excluded-modules = []",
+        f"test-command = {every(command)}",
+        "[cosmic-ray.distributor]",
+        'name = "local"',
+        "[cosmic-ray.filters.operators-filter]",
+        # one regex that matches every operator outside OPERATORS
+        f"exclude-operators = [{every('^(?!(' + '|'.join(OPERATORS) + ')$)')}]",
+        "[cosmic-ray.filters.line-filter]",
+        f"lines = {{ {every(t.path)} = {every(lines)} }}",
+        "",
+    ])
+
+
+def tally(db: Path, cosmic_ray: str) -> tuple[int, int, list[dict]]:
+    """(killed, survived, survivors) from a finished session."""
+    dump = subprocess.run([cosmic_ray, "dump", str(db)], capture_output=True, text=True, check=True).stdout
+    killed, survivors = 0, []
+    for line in dump.splitlines():
+        item, result = json.loads(line)
+        if not result or result.get("worker_outcome") != "normal":
+            continue  # skipped by a filter, or cosmic-ray itself failed
+        if result.get("test_outcome") == "killed":
+            killed += 1
+        elif result.get("test_outcome") == "survived":
+            survivors.append({"mutation": item["mutations"][0], "diff": result.get("diff", "")})
+    return killed, len(survivors), survivors
+
+
+def baseline(t: Target, python: str, env: dict[str, str]) -> float:
+    """Seconds the module's tests take unmutated; raises when they fail (every mutant would look killed)."""
+    started = time.monotonic()
+    proc = subprocess.run(f"{python} -m pytest -x -q -p no:cacheprovider {t.tests}", shell=True, cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=t.timeout_s)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        raise SystemExit(f"{t.path}: its tests fail without any mutant ({t.tests}); fix them first:\n{tail}")
+    return time.monotonic() - started
+
+
+def mutant_timeout(t: Target, baseline_s: float) -> float:
+    """Ten times the unmutated run, at least 30 s, at most the target's own limit."""
+    return min(t.timeout_s, max(30.0, 10 * baseline_s))
+
+
+def run(name: str, t: Target, tools: Path, python: str, out: Path, recheck: bool) -> tuple[int, int, float]:
+    out.mkdir(parents=True, exist_ok=True)
+    cfg, db, stamp = out / f"{name}.toml", out / f"{name}.sqlite", out / f"{name}.sha256"
+    source = hashlib.sha256((ROOT / t.path).read_bytes()).hexdigest()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    cr = str(tools / "cosmic-ray")
+    started = time.monotonic()
+    t = replace(t, timeout_s=mutant_timeout(t, baseline(t, python, env)))
+    cfg.write_text(config(t, python))
+    if recheck:  # the same mutants (same source), survivors run again against today's tests
+        if not db.exists() or not stamp.exists() or stamp.read_text() != source:
+            raise SystemExit(f"--recheck {name}: no session for this version of {t.path} in {out}; run without it")
+        with sqlite3.connect(db) as con:
+            con.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+    else:
+        db.unlink(missing_ok=True)
+        subprocess.run([cr, "init", str(cfg), str(db)], cwd=ROOT, env=env, check=True)
+        subprocess.run([str(tools / "cr-filter-operators"), str(db), str(cfg)], cwd=ROOT, env=env, check=True)
+        subprocess.run([str(tools / "cr-filter-lines"), "--config", str(cfg), str(db)], cwd=ROOT, env=env,
+                       check=True)
+        stamp.write_text(source)
+    subprocess.run([cr, "exec", str(cfg), str(db)], cwd=ROOT, env=env, check=True)
+    killed, survived, survivors = tally(db, cr)
+    with open(out / f"{name}.txt", "w") as f:
+        f.write(f"{t.path}: {killed} killed, {survived} survived\n\n")
+        for s in survivors:
+            m = s["mutation"]
+            f.write(f"--- {m['operator_name']} #{m['occurrence']} line {m['start_pos'][0]}\n")
+            f.write("".join(s["diff"]) if isinstance(s["diff"], list) else s["diff"])
+            f.write("\n")
+    return killed, survived, time.monotonic() - started
+
+
+def test_files(t: Target) -> set[str]:
+    """The test files among a target's pytest arguments (node ids cut to their file; -k's expression is not one)."""
+    args = shlex.split(t.tests)
+    return {a.split("::")[0] for i, a in enumerate(args)
+            if a.split("::")[0].endswith(".py") and not (i and args[i - 1] in ("-k", "-m", "-p"))}
+
+
+def changed_modules(files: list[str], targets: dict[str, Target]) -> list[str]:
+    """The targets, in TARGETS' order, whose module or one of whose own test files is in `files`."""
+    changed = set(files)
+    return [n for n, t in targets.items() if t.path in changed or test_files(t) & changed]
+
+
+def default_base() -> str:
+    """The merge-base with origin/main where that exists (a branch's own changes), else HEAD."""
+    merge = subprocess.run(["git", "merge-base", "HEAD", "origin/main"], cwd=ROOT, capture_output=True, text=True)
+    return merge.stdout.strip() if merge.returncode == 0 and merge.stdout.strip() else "HEAD"
+
+
+def changed_files(base: str) -> list[str]:
+    """Files that differ between `base` and the working tree, and new files git does not ignore."""
+    def git(*a: str) -> list[str]:
+        proc = subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"--changed {base}: git {' '.join(a)} failed: {proc.stderr.strip()}")
+        return proc.stdout.splitlines()
+    return sorted(set(git("diff", "--name-only", base, "--")) | set(git("ls-files", "--others", "--exclude-standard")))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("modules", nargs="*", help=f"names among {', '.join(TARGETS)} (default: all)")
+    ap.add_argument("--tools", default=str(ROOT / ".venv-mutate" / "bin"), help="where cosmic-ray is installed")
+    ap.add_argument("--out", default=str(OUT), help="where sessions and survivor lists go")
+    ap.add_argument("--recheck", action="store_true",
+                    help="run only the last session's survivors again (after writing tests that should kill them)")
+    ap.add_argument("--list", action="store_true", help="print the modules and their tests, then stop")
+    ap.add_argument("--tests", help="pytest arguments instead of the module's own (one module only): "
+                    "e.g. an older set of test files, for a before/after comparison")
+    ap.add_argument("--changed", nargs="?", const="", metavar="BASE",
+                    help="only the modules whose file or own tests differ from BASE (a commit; default: the "
+                         "merge-base with origin/main, else HEAD, i.e. the uncommitted changes)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="start no module after this many seconds (the ones left are named)")
+    args = ap.parse_args()
+    unknown = [m for m in args.modules if m not in TARGETS]
+    if unknown:
+        raise SystemExit(f"unknown modules {unknown}; known: {', '.join(TARGETS)}")
+    names = args.modules or list(TARGETS)
+    if args.changed is not None:
+        base = args.changed or default_base()
+        names = [n for n in changed_modules(changed_files(base), TARGETS) if n in names]
+        print(f"[mutate] changed since {base}: {', '.join(names) or 'no mutated module or its tests'}", flush=True)
+        if not names:
+            return
+    targets = dict(TARGETS)
+    if args.tests:
+        if len(names) != 1:
+            raise SystemExit("--tests needs exactly one module")
+        targets[names[0]] = replace(targets[names[0]], tests=args.tests)
+    if args.list:
+        for n in names:
+            t = targets[n]
+            print(f"{n:16s} {t.path:40s} {t.tests}" + (f"  (not mutated: {', '.join(t.skip)})" if t.skip else ""))
+        return
+    python = shlex.quote(sys.executable)
+    rows, started = [], time.monotonic()
+    for i, n in enumerate(names):
+        if args.budget_s is not None and time.monotonic() - started > args.budget_s:
+            print(f"[mutate] budget of {args.budget_s:.0f} s spent; not run: {', '.join(names[i:])}", flush=True)
+            break
+        killed, survived, secs = run(n, targets[n], Path(args.tools), python, Path(args.out), args.recheck)
+        rows.append((n, killed, survived, secs))
+        print(f"[mutate] {n}: {killed}/{killed + survived} killed in {secs:.0f} s", flush=True)
+    print(f"\n{'module':16s} {'killed':>7s} {'survived':>9s} {'kill rate':>10s} {'seconds':>8s}   "
+          f"survivors: {args.out}/<module>.txt")
+    for n, k, s, secs in rows:
+        rate = f"{100 * k / (k + s):.0f}%" if k + s else "-"
+        print(f"{n:16s} {k:7d} {s:9d} {rate:>10s} {secs:8.0f}")
+
+
+if __name__ == "__main__":
+    main()
