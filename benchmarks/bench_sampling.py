@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import ray
 
-    from ray_jobs.serve import run as serve_run
+    from jobs.serving import run as serve_run
     from search.engines import make_engine
     from search.engines.openai_engine import OpenAIEngine
     from search.pool import PoolConfig, SamplerPool

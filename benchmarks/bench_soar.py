@@ -35,7 +35,8 @@ from pathlib import Path
 
 from common.config import load_config
 from evolution.config import SoarConfig
-from ray_jobs import runner, soar
+from jobs import runner
+from ray_jobs import soar
 from training.seed import SeedConfig, build_seed_model
 
 QUICK_SEED = SeedConfig(

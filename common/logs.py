@@ -29,7 +29,7 @@ DATE_FORMAT = "%H:%M:%S"
 ENV_LEVEL = "RATCHET_LOG_LEVEL"  # DEBUG, INFO (default), WARNING, ...
 WORKER_SETUP_HOOK = "common.logs.setup_worker"  # runtime_env["worker_process_setup_hook"]
 # ratchet's own top-level packages: their DEBUG lines go to a run's run.log (add_run_log)
-RATCHET_PACKAGES = ("common", "store", "verifiers", "training", "search", "evolution", "scaling", "thinking", "ray_jobs",
+RATCHET_PACKAGES = ("common", "store", "verifiers", "training", "search", "evolution", "scaling", "thinking", "jobs", "ray_jobs",
                     "ratchet")  # ratchet.progress
 
 _FILTER = RedactingFilter()  # the process's one filter: secrets only ever get added to it

@@ -38,12 +38,19 @@ def load_object(field: str, spec: str, example: str) -> Any:
     return found
 
 
-def load_callable(field: str, spec: str, example: str, args: Sequence[str] = (),
-                  kwargs: dict[str, Any] | None = None) -> Any:
-    """A callable that accepts positional `args` (named, for the message) and keyword `kwargs`."""
+def load_function(field: str, spec: str, example: str) -> Any:
+    """A callable `spec` names, whatever its parameters (a caller that knows its arguments
+    uses load_callable, which checks them too)."""
     found = load_object(field, spec, example)
     if not callable(found):
         raise ConfigError(f"{field}={spec!r} is a {type(found).__name__}, not a function or class")
+    return found
+
+
+def load_callable(field: str, spec: str, example: str, args: Sequence[str] = (),
+                  kwargs: dict[str, Any] | None = None) -> Any:
+    """A callable that accepts positional `args` (named, for the message) and keyword `kwargs`."""
+    found = load_function(field, spec, example)
     check_call(field, spec, found, args, kwargs or {})
     return found
 

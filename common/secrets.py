@@ -4,6 +4,10 @@ and only the process that uses it reads it.
     kwargs = resolve_secret_refs({"base_url": url, "api_key_env": "OPENAI_API_KEY"}, "engine_kwargs")
     # -> {"base_url": url, "api_key": "<the value of $OPENAI_API_KEY here>"}
 
+Every secret ratchet uses is read here: a reference (resolve_secret_refs, in the process that
+uses the key), a variable of a fixed name (secret_from_environment: the judge's OPENAI_API_KEY,
+ratchet serve's RATCHET_API_KEY or its file), or a file only its owner reads (read_secret_file).
+
 Why: whatever is passed to a Ray actor's constructor is kept in Ray's cluster state (the GCS
 holds the actor's creation task with its arguments, and persists it to Redis with GCS fault
 tolerance). A name or a path is harmless there; the key is read inside the actor, from the
@@ -37,6 +41,18 @@ def read_secret_file(path: str | os.PathLike[str], what: str = "secret file") ->
     if not value:
         raise ValueError(f"{what} {path} is empty")
     return value
+
+
+def secret_from_environment(var: str, file_var: str = "", env: Mapping[str, str] | None = None,
+                            what: str = "secret file") -> str | None:
+    """A secret the environment holds under a fixed name: $var, else the file $file_var names
+    (read_secret_file's checks), else None (OPENAI_API_KEY, RATCHET_API_KEY and RATCHET_API_KEY_FILE)."""
+    env = os.environ if env is None else env
+    if env.get(var):
+        return env[var]
+    if file_var and env.get(file_var):
+        return read_secret_file(env[file_var], what)
+    return None
 
 
 def _ref(key: str) -> tuple[str, str] | None:

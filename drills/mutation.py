@@ -120,7 +120,7 @@ TARGETS = {
     # the manifest, hashes, content address and CLI; convert() runs transformers on a tiny GGUF
     "pretrained": Target("training/pretrained.py", "tests/test_pretrained.py"),
     "placement": Target("common/placement.py", "tests/test_placement.py", skip=("node_id",)),
-    "stopping": Target("ray_jobs/stopping.py", "tests/test_stopping.py"),
+    "stopping": Target("jobs/stopping.py", "tests/test_stopping.py"),
     "jsonio": Target("common/jsonio.py", "tests/test_jsonio.py"),
     # the recipe, the questions, balancing and rows; sampling and training run in .venv-vllm (test_embedded)
     "verifier_adapter": Target("scaling/verifier_adapter.py",

@@ -50,7 +50,7 @@ from evolution.mixture import measure_mixes
 from evolution.prompts import sampling_prompt
 from evolution.report import write_outputs
 from evolution.tasks import load_split, select
-from search.pool import Switch, planned_path
+from search.pool import Switch
 from store import Store
 from store.models import ModelVersion
 from training import adapters, embedded, pretrained
@@ -310,7 +310,7 @@ class SoarLoop:
                                           metrics=counts | {"rows": hindsight},
                                           train_args=training_args(cfg.tracking, self.run_dir, f"it{iteration}"),
                                           base_checkpoint=self.base.checkpoint,  # seeds train fully, others LoRA
-                                          weights=planned_path(cfg.sampler.weight_sync, cfg.sampler.engine) == "memory")
+                                          weights=cfg.sampler.sync_path == "memory")
         self.store.events(cfg.experiment).emit("published", version=trained.version.version, iteration=iteration)
         return trained.version, counts | {"rows": hindsight, "dataset_s": round(prep_s + trained.dataset_s, 2),
                                           "train_s": trained.train_s}, trained.weights

@@ -26,7 +26,7 @@ COMMANDS: dict[str, str] = {
     "scaling": "ray_jobs.scaling",
     "tpo": "ray_jobs.tpo",
     "serve": "ray_jobs.serve",
-    "runs": "ray_jobs.runs",
+    "runs": "jobs.runs",
     "verify": "verifiers.arc.__main__",
     "sft-demo": "ray_jobs.sft_demo",
 }
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> None:
         hint = f"did you mean {close[0]!r}? " if close else ""
         print(f"ratchet: error: unknown command {name!r}; {hint}choose one of {sorted(COMMANDS)}", file=sys.stderr)
         raise SystemExit(2)
-    from ray_jobs import runner  # here: `ratchet --help` should not wait for Ray's import
+    from jobs import runner  # here: `ratchet --help` should not wait for Ray's import
 
     before, runner.COMMAND_PREFIX = runner.COMMAND_PREFIX, "ratchet"  # errors say `ratchet soar`, as typed
     module = importlib.import_module(COMMANDS[name])

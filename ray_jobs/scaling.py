@@ -21,7 +21,8 @@ from typing import Any
 
 from common.fmt import num
 from common.tracking import Tracker
-from ray_jobs import checks, runner
+from jobs import runner
+from scaling import checks
 from scaling.config import ScalingConfig
 from scaling.experiment import ScalingExperiment, make_generate
 from training import adapters, embedded, pretrained

@@ -20,9 +20,9 @@ from typing import Any
 
 from common.fmt import num
 from common.tracking import Tracker
-from evolution import metrics
+from evolution import checks, metrics
 from evolution.config import ARC_DSL, SoarConfig
-from ray_jobs import checks, runner
+from jobs import runner
 
 log = logging.getLogger(__name__)
 

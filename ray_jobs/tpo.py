@@ -22,54 +22,18 @@ from pathlib import Path
 from typing import Any
 
 from common.fmt import num
-from common.tracking import Tracker, training_args
-from ray_jobs import checks, runner
-from search.pool import SamplerPool, planned_path
-from thinking import report
+from common.tracking import Tracker
+from jobs import runner
+from search.pool import SamplerPool
+from thinking import checks, report
 from thinking.config import TpoConfig
 from thinking.judging import make_judge, resolve
+from thinking.learn import dpo_trainer
 from thinking.loop import TpoLoop
 from thinking.state import TpoState
-from training.checkpoints import clean_scratch, discard_unpublished
+from training.checkpoints import clean_scratch
 
 log = logging.getLogger(__name__)
-
-
-def dpo_loss(sft_weight: float) -> dict[str, Any]:
-    """Plain DPO, or DPO plus sft_weight x NLL on the chosen response (TRL's combined loss types)."""
-    return {"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, sft_weight]} if sft_weight else {}
-
-
-def dpo_trainer(cfg: TpoConfig, storage: Path, models, run_dir: Path, seed_checkpoint: str):
-    """TpoLoop's train: DPO as a Ray task; it hands the weights back through Ray's object store
-    when the samplers take them from memory (sampler.weight_sync)."""
-    # imported here, not at the top: --help needs no torch or TRL
-    from training.common import lora_args
-    from training.dpo import DPOJobConfig, train_dpo_remote
-
-    in_memory = planned_path(cfg.sampler.weight_sync, cfg.sampler.engine) == "memory"
-
-    async def train(rows: list[dict[str, Any]], start, arm: str, iteration: int) -> tuple[str, dict[str, Any], Any]:
-        t = cfg.train
-        out = storage / "checkpoints" / f"{arm}-it{iteration + 1}"
-        discard_unpublished(out, models.list())  # a run killed before publishing it; never a published one
-        # a Ray task's stderr is no terminal: the trainer's numbers come as log lines, not a bar
-        job = DPOJobConfig(model_path=start.checkpoint, output_dir=str(out.resolve()),
-                           max_steps=t.max_steps, save_steps=t.save_steps, learning_rate=t.learning_rate,
-                           beta=t.beta, **lora_args(t.lora, t, seed_checkpoint),
-                           per_device_train_batch_size=t.batch_size, max_length=t.max_length,
-                           disable_tqdm=True, logging_steps=max(1, t.max_steps // 5), seed=iteration,
-                           completion_eos=not cfg.pairs.divergence_words,  # windows stop mid-thought
-                           **dpo_loss(t.sft_weight),
-                           **training_args(cfg.tracking, run_dir, out.name))
-        weights = None
-        if in_memory:
-            result_ref, weights = train_dpo_remote(job, rows, num_cpus=t.num_cpus, weights=True)
-            result = await result_ref
-        else:
-            result = await train_dpo_remote(job, rows, num_cpus=t.num_cpus)
-        return result.checkpoint, result.metrics | {"rows": len(rows)}, weights
-    return train
 
 
 async def run(cfg: TpoConfig, ctx: runner.JobContext) -> dict[str, Any]:

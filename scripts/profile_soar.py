@@ -54,7 +54,7 @@ def classify(frames: list[str], process: str) -> str | None:
         return "engine: generate's own loop (sampling, stopping, cache)"
     if "verifiers/" in s:
         return "verifier (sandboxed programs)"
-    if any(k in s for k in ("evolution/", "store/", "ray_jobs", "profile_soar")):
+    if any(k in s for k in ("evolution/", "store/", "jobs/", "ray_jobs", "profile_soar")):
         return "driver (prompts, extraction, REX, vote, Redis client, Ray calls)"
     return "Ray's processes (raylet, gcs, agents) and idle actors"
 
@@ -87,7 +87,8 @@ def run(levers: list[str], out: Path, rate: int) -> None:
     from benchmarks.bench_soar import LEVERS, NO_CONTROLS
     from common.config import load_config
     from evolution.config import SoarConfig
-    from ray_jobs import runner, soar
+    from jobs import runner
+    from ray_jobs import soar
 
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

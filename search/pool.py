@@ -14,8 +14,9 @@ killed it, its engine failed inside it, or it missed a deadline: common/faults.p
 replaced, and its requests are retried on the pool's live actors; a caller's mistake (a
 prompt too long) is raised as it is, and so is an actor that cannot start for one (a missing
 package, a bad engine argument: `CannotStart`, never retried on fresh actors). The logic lives
-in plain classes (`SamplerWorker` in search/sampler_worker.py, `Router`); the Ray actor is a
-shell (`SamplerShell`).
+in plain classes (`SamplerWorker` in search/sampler_worker.py; slots, routing, replacement,
+retries and deadlines in common/actor_pool.py, which the ARC verifier pool shares); the Ray
+actor is a shell (`SamplerShell`).
 """
 
 from __future__ import annotations
@@ -23,21 +24,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import ray
 
-from common.faults import (
-    CannotStart,
-    DeadlineExceeded,
-    InfrastructureError,
-    is_infrastructure,
-    unwrap,
-)
-from common.placement import LEDGER, actor_options
+from common.actor_pool import ActorPool, Router, Slot  # noqa: F401 (Router re-exported)
+from common.faults import is_infrastructure, unwrap
+from common.placement import actor_options
 from common.sampling import Completion, Prompt, SamplingParams, check_counts
 from search.pool_config import PoolConfig
 from search.sampler_worker import (  # noqa: F401 (re-exported)
@@ -48,7 +42,7 @@ from search.sampler_worker import (  # noqa: F401 (re-exported)
     _cancelled,
     freeze_heap,
 )
-from search.weight_sync import Switch, planned_path
+from search.weight_sync import Switch
 from store import Store
 from store.models import ModelVersion
 
@@ -56,70 +50,11 @@ log = logging.getLogger(__name__)
 SamplerActor = ray.remote(SamplerShell)  # an actor that cannot start says why, alive (SamplerShell)
 
 
-@dataclass
-class Slot:
-    index: int
-    handle: Any
-    inflight: int = 0
-    generation: int = 0  # bumped when the actor is replaced, so one death triggers one restart
-    restarts: int = 0
-    warm: bool = True  # False for a replacement until it has loaded its model
-    node: str | None = None  # the Ray node of `node_of` (the handle it was asked of)
-    node_of: Any = None
+class SamplerPool(ActorPool):
+    kind, what = "sampler", "request"
+    advice = ("see the actors' logs (the Ray dashboard) for why they fail, or raise "
+              "sampler.max_request_retries / sampler.request_timeout_s")
 
-
-class Router:
-    """Least-loaded slot choice with a per-slot in-flight bound; waiters queue FIFO."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.slots: list[Slot] = []
-        # Plain futures made on the waiter's own loop: no asyncio primitive bound to one loop.
-        self._waiters: deque[asyncio.Future] = deque()
-
-    def add(self, handle: Any) -> Slot:
-        slot = Slot(len(self.slots), handle)
-        self.slots.append(slot)
-        return slot
-
-    def _pick(self) -> Slot | None:
-        free = [s for s in self.slots if s.inflight < self.limit]
-        return min(free, key=lambda s: (s.inflight, s.index)) if free else None
-
-    async def acquire(self) -> Slot:
-        while (slot := self._pick()) is None:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            except asyncio.CancelledError:
-                # A cancelled waiter may have been handed the wake-up: pass it on.
-                if waiter.done() and not waiter.cancelled():
-                    self._wake()
-                raise
-        slot.inflight += 1
-        return slot
-
-    def release(self, slot: Slot) -> None:
-        slot.inflight -= 1
-        self._wake()
-
-    def _wake(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            # Set at once (not call_soon): a waiter cancelled later still sees it was woken.
-            if not waiter.done() and not waiter.get_loop().is_closed():
-                waiter.set_result(None)
-                return
-
-    def replace(self, slot: Slot, handle: Any) -> None:
-        slot.handle = handle
-        slot.generation += 1
-        slot.restarts += 1
-        slot.warm = False
-
-
-class SamplerPool:
     def __init__(self, config: PoolConfig, *, checkpoint: str | None = None, version: str | None = None,
                  files: dict[str, str] | None = None):
         """Start the actors (returns at once; `await ready()` waits for them to load). `files`
@@ -143,23 +78,12 @@ class SamplerPool:
         )
         if config.niceness is not None:  # merged with the job's runtime_env (its env_vars too)
             self._actor_options["runtime_env"] = {"env_vars": {"RAY_worker_niceness": str(config.niceness)}}
-        self.router = Router(config.max_inflight_per_actor)
-        for _ in range(config.num_actors):
-            self.router.add(self._spawn())
+        super().__init__(config.num_actors, limit=config.max_inflight_per_actor)
 
     def _spawn(self) -> Any:
         return SamplerActor.options(**self._actor_options).remote(
             self.config.engine, self.config.engine_kwargs, self.checkpoint, self.version, self.files,
         )
-
-    def _replace(self, slot: Slot, generation: int) -> None:
-        if slot.generation != generation:  # another request already replaced this actor
-            return
-        try:
-            ray.kill(slot.handle, no_restart=True)
-        except Exception:  # already gone
-            pass
-        self.router.replace(slot, self._spawn())
 
     async def ready(self) -> list[str | None]:
         """Wait until every actor has loaded its model; returns their versions. An actor lost
@@ -191,58 +115,25 @@ class SamplerPool:
     async def submit(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         """One request on one actor: params.n completions per prompt. Survives actor failures."""
         prompts = list(prompts)
-        attempts = self.config.max_request_retries + 1
-        for attempt in range(attempts):
-            slot = await self.router.acquire()
-            handle, generation = slot.handle, slot.generation
+
+        async def attempt(slot: Slot, handle: Any) -> list[list[Completion]]:
             ref = None
             try:
                 if not slot.warm:  # a replacement loads its model first: not part of the request's deadline
                     await handle.ready.remote()
                     slot.warm = slot.warm or slot.handle is handle
                 ref = handle.generate.remote(prompts, params)
-                results = await self._call(ref, slot.index)
+                results = await self._within_deadline(ref, slot, self.config.request_timeout_s)
             except asyncio.CancelledError:
                 # The caller went away (a closed stream): a request queued on the actor is
                 # dropped, one waiting for the engine is skipped (SamplerWorker.generate).
                 if ref is not None:
                     ray.cancel(ref)
                 raise
-            except Exception as e:
-                if not is_infrastructure(e):  # the caller's mistake: its own message
-                    cause = unwrap(e)  # an actor that could not start: its traceback (in e) for run.log
-                    raise cause from (e if isinstance(cause, CannotStart) else None)
-                self._replace(slot, generation)  # dead, OOM-killed, engine failed or hung
-                if attempt == attempts - 1:
-                    raise InfrastructureError(
-                        f"sampler request failed on {attempts} actors in a row (last: {unwrap(e)!r}); "
-                        "see the actors' logs (the Ray dashboard) for why they fail, or raise "
-                        "sampler.max_request_retries / sampler.request_timeout_s"
-                    ) from e
-                continue
-            finally:
-                self.router.release(slot)
             check_counts(results, len(prompts), params.n, f"sampler actor {slot.index}")
-            LEDGER.add("sampler", await self._node(slot, handle), len(prompts))
             return results
-        raise AssertionError("unreachable")
 
-    async def _node(self, slot: Slot, handle: Any) -> str | None:
-        """The node of the actor that answered (asked once per actor; None if it died since)."""
-        if slot.node_of is not handle:
-            try:
-                slot.node, slot.node_of = await handle.node_id.remote(), handle
-            except Exception:  # gone right after answering: its node is unknown, the answer stands
-                return None
-        return slot.node
-
-    async def _call(self, ref: Any, index: int) -> Any:
-        """Await one actor call within the request deadline."""
-        timeout = self.config.request_timeout_s
-        try:
-            return await asyncio.wait_for(ref, timeout) if timeout else await ref
-        except asyncio.TimeoutError:
-            raise DeadlineExceeded(f"sampler actor {index} did not answer within request_timeout_s={timeout}") from None
+        return await self._retrying(attempt, retries=self.config.max_request_retries, units=len(prompts))
 
     def _chunks(self, prompts: Sequence[Prompt], size: int | None) -> list[tuple[int, list[Prompt]]]:
         size = size or self.config.prompts_per_request
@@ -286,16 +177,7 @@ class SamplerPool:
 
         `files` (a registry version's hashes): each actor checks them before loading."""
         self.checkpoint, self.version, self.files = checkpoint, version, files  # replacements start on it too
-        slots = list(self.router.slots)
-        outcomes = await asyncio.gather(
-            *(s.handle.load.remote(checkpoint, version, files) for s in slots), return_exceptions=True,
-        )
-        for slot, outcome in zip(slots, outcomes, strict=True):
-            if isinstance(outcome, BaseException) and is_infrastructure(outcome):  # its replacement loads it
-                self._replace(slot, slot.generation)
-            elif isinstance(outcome, BaseException):  # the actor's own error (CannotStart: one line)
-                raise unwrap(outcome) from outcome
-        return await self.ready()
+        return await self._load_all(lambda handle: handle.load.remote(checkpoint, version, files))
 
     async def load_weights(self, weights_ref: Any, version: str, checkpoint: str,
                            files: dict[str, str] | None = None) -> list[str | None]:
@@ -303,13 +185,16 @@ class SamplerPool:
         an object ref of a training job's state dict; each actor reads it from Ray's object
         store, not from disk. `checkpoint` (and its registry hashes, `files`) is the same weights
         as the registry keeps them: an actor started later (a replacement) loads that."""
-        self.checkpoint, self.version, self.files = checkpoint, version, files
+        self.checkpoint, self.version, self.files = checkpoint, version, files  # a replacement loads the checkpoint
+        return await self._load_all(lambda handle: handle.load_weights.remote(weights_ref, version, checkpoint))
+
+    async def _load_all(self, load: Callable[[Any], Any]) -> list[str | None]:
+        """`load(handle)` (an object ref) on every actor, then ready(): an actor lost meanwhile is
+        replaced, and its replacement starts on the pool's checkpoint, set before."""
         slots = list(self.router.slots)
-        outcomes = await asyncio.gather(
-            *(s.handle.load_weights.remote(weights_ref, version, checkpoint) for s in slots), return_exceptions=True,
-        )
+        outcomes = await asyncio.gather(*(load(s.handle) for s in slots), return_exceptions=True)
         for slot, outcome in zip(slots, outcomes, strict=True):
-            if isinstance(outcome, BaseException) and is_infrastructure(outcome):  # its replacement loads the checkpoint
+            if isinstance(outcome, BaseException) and is_infrastructure(outcome):  # its replacement loads it
                 self._replace(slot, slot.generation)
             elif isinstance(outcome, BaseException):  # the actor's own error (CannotStart: one line)
                 raise unwrap(outcome) from outcome
@@ -322,7 +207,7 @@ class SamplerPool:
         when the in-memory load fails (weights that do not fit the model, an engine without
         load_weights); `memory` raises. Every actor must then serve `version`, or it raises."""
         mode, started, note = self.config.weight_sync, time.perf_counter(), ""
-        path = planned_path(mode, self.config.engine)
+        path = self.config.sync_path
         if path == "memory" and weights is None:
             path, note = "disk", "no weights in memory: trained before a restart, or too large for the object store"
         if path == "memory":
@@ -365,8 +250,4 @@ class SamplerPool:
         return out
 
     def shutdown(self) -> None:
-        for slot in self.router.slots:
-            try:
-                ray.kill(slot.handle, no_restart=True)
-            except Exception:  # already dead
-                pass
+        self._kill_all()

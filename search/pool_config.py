@@ -10,11 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.placement import Strategy, check_placement
+from common.placement import Demand, Strategy, check_placement
 from common.redaction import is_secret_key
 from common.secrets import literal_secrets
 from search.engines import ENGINES, check_engine_kwargs, engine_class
-from search.weight_sync import WeightSync, check_weight_sync
+from search.weight_sync import SyncPath, WeightSync, check_weight_sync, planned_path
 
 
 @dataclass
@@ -69,3 +69,18 @@ class PoolConfig:
                              f"(or a file) and set engine_kwargs.{ref}")
         if self.engine_kwargs:  # an actor given a wrong one crash-loops (this imports the engine's module)
             check_engine_kwargs(self.engine, self.engine_kwargs)
+
+    @property
+    def sync_path(self) -> SyncPath:
+        """The path the pool's switch takes when a training hands its weights back (memory or
+        disk, search/weight_sync.py): decided here once, so the loops ask whether a training
+        should hand them back ("memory") and the pool switches by the same answer."""
+        return planned_path(self.weight_sync, self.engine)
+
+
+def pool_demand(field: str, pool: PoolConfig, gpus_exist: bool, count: int | None = None) -> Demand:
+    """One sampler pool's actors, each as SamplerPool reserves it (a GPU each when the cluster
+    has GPUs and num_gpus_per_actor is unset), for common.placement.check_capacity."""
+    gpus = pool.num_gpus_per_actor if pool.num_gpus_per_actor is not None else (1 if gpus_exist else 0)
+    return Demand(field, pool.num_actors if count is None else count,
+                  {"CPU": pool.num_cpus_per_actor, "GPU": gpus, **pool.resources})

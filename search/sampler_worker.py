@@ -24,7 +24,8 @@ from typing import Any
 import ray
 from ray.exceptions import TaskCancelledError
 
-from common.faults import EngineFailed, start_failure
+from common.actor_pool import Shell
+from common.faults import EngineFailed
 from common.logs import protect
 from common.placement import node_id
 from common.redaction import secret_values
@@ -233,25 +234,15 @@ class SamplerWorker:
                         niceness=os.nice(0), engine=engine_stats() if callable(engine_stats) else {})
 
 
-class SamplerShell(SamplerWorker):
-    """SamplerWorker as the pool's Ray actor runs it: an actor whose constructor raises dies,
-    Ray keeps only the error's text (an ActorDiedError, which reads as a lost actor: the pool
-    would start another, to die the same way) and the dying process aborts with a C++ stack
-    dump on the console. The shell stays alive instead and every call raises why it could not
-    start (common.faults.start_failure): CannotStart for a caller's mistake, raised once;
-    EngineFailed otherwise, and the pool replaces it."""
+class SamplerShell(Shell, SamplerWorker):
+    """SamplerWorker as the pool's Ray actor runs it: an actor whose engine cannot start stays
+    alive, and every call raises why (common.actor_pool.Shell): CannotStart for a caller's
+    mistake, raised once; EngineFailed otherwise, and the pool replaces it."""
 
     def __init__(self, engine: str, engine_kwargs: dict[str, Any], checkpoint: str | None, version: str | None,
                  files: dict[str, str] | None = None):
-        self._engine_name, self._start_error = engine, None
-        try:
-            super().__init__(engine, engine_kwargs, checkpoint, version, files)
-        except Exception as e:  # raised by every call (_started), with its cause chained
-            self._start_error = e
-
-    def _started(self) -> None:
-        if self._start_error is not None:
-            raise start_failure(self._start_error, f"a {self._engine_name} sampler actor") from self._start_error
+        self._start(f"a {engine} sampler actor",
+                    lambda: SamplerWorker.__init__(self, engine, engine_kwargs, checkpoint, version, files))
 
     def ready(self) -> str | None:
         self._started()

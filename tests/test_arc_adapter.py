@@ -21,12 +21,12 @@ from evolution.arc_adapter import (
     training_rows,
     training_tasks,
 )
+from evolution.checks import check_soar
 from evolution.config import SoarConfig
 from evolution.gridtext import grid_text
 from evolution.learn import seed_rows
 from evolution.loop import base_model
 from evolution.tasks import load_split, select
-from ray_jobs.checks import check_soar
 from training import adapters, embedded
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"

@@ -61,3 +61,21 @@ def test_verifier_actors_are_replaced_however_often_they_die(ray_local, store, t
         assert pool.restarts >= 4
     finally:
         pool.close()
+
+
+def test_a_verifier_actor_that_cannot_start_fails_the_batch_once_naming_why(ray_local, store, task):
+    """An allowed module that is not there: the actor's constructor raised, the actor died into an
+    ActorDiedError, and the pool started another to die the same way, max_chunk_retries times,
+    then failed with the advice for a lost machine. It fails once, in one line naming the cause."""
+    from common.faults import CannotContinue, is_infrastructure
+    from verifiers.arc.pool import ArcVerifierPool
+
+    pool = ArcVerifierPool(actors=1, allowed_modules=["no_such_module_here"], use_cache=False, max_chunk_retries=2)
+    try:
+        with pytest.raises(CannotContinue) as info:
+            pool.execute_many(task, [SOLUTIONS["c8f0f002"]])
+        message = str(info.value)
+        assert "ValueError: allowed_modules: 'no_such_module_here' not found" in message and "\n" not in message
+        assert not is_infrastructure(info.value) and pool.restarts == 0
+    finally:
+        pool.close()

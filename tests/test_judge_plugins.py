@@ -13,7 +13,8 @@ from test_tpo import StubSampler, make_loop
 
 from common.config import ConfigError, load_config
 from common.faults import CannotContinue
-from ray_jobs import runner, tpo
+from jobs import runner
+from ray_jobs import tpo
 from thinking.config import TpoConfig
 from verifiers.judges import make_judge
 from verifiers.judges.pairwise import PairwiseJudge

@@ -1,9 +1,10 @@
-"""Dependencies point one way: benchmarks, drills -> ray_jobs -> workloads -> search -> training ->
+"""Dependencies point one way: benchmarks, drills -> ray_jobs -> jobs -> workloads -> search -> training ->
 verifiers -> store, common.
 
 A lower layer never imports a higher one, and the workload packages (evolution, scaling,
 thinking) never import each other: what two of them share belongs a layer below (search/
-holds what every workload shares: engines, the sampler pool, strategies, serving). The test
+holds what every workload shares: engines, the sampler pool, strategies, serving). jobs/ (the
+runner every job file uses) sits between: the job files import it, and it imports no workload. The test
 reads every import statement (at any depth, lazy ones too) with `ast`. Within a package, no
 two modules import each other, however indirectly (a circle works only by the order of
 imports, and a lazy import that hides one breaks when it is moved to the top).
@@ -24,9 +25,10 @@ LAYERS: dict[str, int] = {
     "evolution": 5,
     "scaling": 5,
     "thinking": 5,
-    "ray_jobs": 6,
-    "benchmarks": 7,
-    "drills": 7,
+    "jobs": 6,
+    "ray_jobs": 7,
+    "benchmarks": 8,
+    "drills": 8,
 }
 SIDEWAYS: set[tuple[str, str]] = set()  # (package, module) edges between equal ranks that are sanctioned: none
 
@@ -149,6 +151,10 @@ def test_a_wrong_way_import_is_caught(tmp_path):
     (tmp_path / "evolution" / "side.py").write_text("from scaling.curves import x\nfrom search.pool import SamplerPool\n")
     (tmp_path / "search").mkdir()
     (tmp_path / "search" / "up.py").write_text("import scaling.experiment\n")
+    (tmp_path / "thinking").mkdir()
+    (tmp_path / "thinking" / "up.py").write_text("from jobs.runner import JobSpec\n")
+    (tmp_path / "jobs").mkdir()
+    (tmp_path / "jobs" / "up.py").write_text("from ray_jobs.soar import JOB\n")
     (tmp_path / "ray_jobs").mkdir()
     (tmp_path / "ray_jobs" / "up.py").write_text("from drills.secret_scan import api_key_check\n")
     (tmp_path / "benchmarks").mkdir()
@@ -157,6 +163,8 @@ def test_a_wrong_way_import_is_caught(tmp_path):
         "store/bad.py:2 imports evolution.dsl (store -> evolution)",
         "search/up.py:1 imports scaling.experiment (search -> scaling)",  # up into a workload package
         "evolution/side.py:1 imports scaling.curves (evolution -> scaling)",  # sideways between workloads
+        "thinking/up.py:1 imports jobs.runner (thinking -> jobs)",  # a workload never needs the runner
+        "jobs/up.py:1 imports ray_jobs.soar (jobs -> ray_jobs)",  # the runner knows no job file
         "ray_jobs/up.py:1 imports drills.secret_scan (ray_jobs -> drills)",  # a job never needs a drill
         "benchmarks/side.py:1 imports drills.chaos (benchmarks -> drills)",
     ]

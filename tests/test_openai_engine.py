@@ -17,7 +17,8 @@ from test_cli import one_line_error, run_cli
 from common.config import load_config
 from common.ports import free_port
 from evolution.config import SoarConfig
-from ray_jobs import runner, scaling, serve, soar, tpo
+from jobs import runner, serving
+from ray_jobs import scaling, serve, soar, tpo
 from scaling.config import ScalingConfig
 from search.engines.openai_engine import EXTENSIONS, probe_server
 from search.pool import PoolConfig
@@ -39,10 +40,10 @@ def served(ray_local):
     def serve_model(path: str) -> str:
         if current.get("path") != path:
             if current:
-                ray_serve.delete(serve.APP_NAME)
+                ray_serve.delete(serving.APP_NAME)
             settings, _, _ = serve.parse([f"model={path}", "sampler.num_cpus_per_actor=0.5",
                                           "sampler.engine_kwargs={num_threads: 1}"])
-            current.update(path=path, url=serve.run(settings, port=port, blocking=False))
+            current.update(path=path, url=serving.run(settings, port=port, blocking=False))
         return current["url"]
 
     yield serve_model

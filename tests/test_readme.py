@@ -205,7 +205,7 @@ def test_every_path_a_page_cites_exists(page):
 
 def test_the_scan_sees_what_the_pages_cite():
     text = "".join(visible(p.read_text()) for p in PAGES)
-    assert {"configs/soar-demo.yaml", "deploy/rayjob.yaml", "ray_jobs/cluster.py"} <= cited_paths(text)
+    assert {"configs/soar-demo.yaml", "deploy/rayjob.yaml", "jobs/cluster.py"} <= cited_paths(text)
 
 
 def test_a_missing_path_is_caught():

@@ -36,7 +36,7 @@ def test_the_real_model_serves_a_chat_through_the_openai_client(ray_local, smoll
     import openai
     from ray import serve
 
-    from ray_jobs.serve import run
+    from jobs.serving import run
     from search.pool import PoolConfig
     from search.serve import ServeSettings
 

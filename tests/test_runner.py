@@ -20,7 +20,7 @@ import ray
 import yaml
 
 from common.config import config_hash, to_dict
-from ray_jobs import runner
+from jobs import runner
 
 log = logging.getLogger("toy")
 SECRET = "sk-live-0123456789abcdef"
@@ -52,7 +52,7 @@ TOY = runner.JobSpec(workload="toy", config_cls=ToyConfig, run=toy_run, doc="A t
 
 def test_a_job_that_finishes_is_done_with_its_config_on_disk(ray_local, store, tmp_path, experiment_name, caplog):
     cfg = runner.parse(TOY, [f"experiment={experiment_name}", f"runs_dir={tmp_path}", "--iterations", "3"])
-    with caplog.at_level(logging.INFO, logger="ray_jobs.runner"):
+    with caplog.at_level(logging.INFO, logger="jobs.runner"):
         summary = runner.execute(TOY, cfg, store)
     assert (summary["iterations"], summary["run_dir"]) == (3, str(tmp_path / experiment_name))
     assert yaml.safe_load((tmp_path / experiment_name / "config.yaml").read_text())["iterations"] == 3
@@ -196,7 +196,7 @@ RERUN = textwrap.dedent("""
 
     import ray
 
-    from ray_jobs import runner
+    from jobs import runner
 
     @dataclass
     class ToyConfig:  # tests/test_runner.py's, field for field: the same config hashes the same
@@ -274,7 +274,7 @@ def test_a_dry_run_refuses_a_changed_config_that_the_run_would_refuse(store, tmp
 DRIVER = textwrap.dedent("""
     import sys, time
     from dataclasses import dataclass
-    from ray_jobs import runner
+    from jobs import runner
 
     @dataclass
     class Cfg:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from _capture import own_lines
 
+from jobs.runs import cause, headline_numbers
 from ray_jobs import cli
-from ray_jobs.runs import cause, headline_numbers
 
 ROOT = Path(__file__).resolve().parent.parent
 

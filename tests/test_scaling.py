@@ -257,7 +257,7 @@ def test_a_rerun_with_another_model_refuses_instead_of_mixing_samples(store, exp
     settings), samples of two models never end up in one pool; the run ends "failed"."""
     import shutil
 
-    from ray_jobs.runner import execute
+    from jobs.runner import execute
     from ray_jobs.scaling import JOB
     from store import keys
 
@@ -278,7 +278,7 @@ def test_a_rerun_with_another_model_refuses_instead_of_mixing_samples(store, exp
 
 
 def test_a_scaling_job_that_fails_reads_failed(store, experiment_name, tmp_path):
-    from ray_jobs.runner import execute
+    from jobs.runner import execute
     from ray_jobs.scaling import JOB
 
     broken = tmp_path / "not-a-checkpoint"  # exists (the pre-start checks pass), but holds no model

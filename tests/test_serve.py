@@ -1,5 +1,5 @@
 """The OpenAI-compatible endpoint: HTTP behaviour on an in-process backend, then the real
-service (`ray_jobs.serve.run` on Ray Serve + SamplerPool) driven by the `openai` engine."""
+service (`jobs.serving.run` on Ray Serve + SamplerPool) driven by the `openai` engine."""
 
 from __future__ import annotations
 
@@ -348,7 +348,7 @@ def service(ray_local, redis_server, models):
 
     from ray import serve
 
-    from ray_jobs.serve import run
+    from jobs.serving import run
     from store import Store
 
     experiment = f"serve-{uuid.uuid4().hex[:8]}"

@@ -14,7 +14,8 @@ from _ray_head import ray_head
 from common.config import load_config
 from evolution.config import SoarConfig, TaskSetConfig
 from evolution.loop import extra_tasks, load_tasks
-from ray_jobs import runner, soar
+from jobs import runner
+from ray_jobs import soar
 
 TASK_IDS = ["3c9b0459", "6150a2bd"]
 HELDOUT_ID = "67a3c6ac"  # 3x3 too; never searched for hindsight, never trained on

@@ -13,7 +13,8 @@ from _capture import own_lines
 from common.config import load_config
 from evolution.config import SoarConfig
 from evolution.tasks import load_split
-from ray_jobs import runner, soar
+from jobs import runner
+from ray_jobs import soar
 from verifiers.arc.grids import GridError
 
 SOURCE = "examples.arc_tasks:tasks"  # the one docs/configuration.md shows

@@ -1,4 +1,4 @@
-"""Clean stops (ray_jobs/stopping.py) in this process: the first SIGTERM or SIGINT raises
+"""Clean stops (jobs/stopping.py) in this process: the first SIGTERM or SIGINT raises
 `Stopped` with the shell's exit code, later ones are ignored, and the handlers go back. The
 commands' own stops, end to end: tests/test_runner.py and tests/test_serve_stop.py."""
 
@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from ray_jobs import stopping
-from ray_jobs.stopping import Stopped, raise_on_stop_signals, restore, wait_for_stop_signal
+from jobs import stopping
+from jobs.stopping import Stopped, raise_on_stop_signals, restore, wait_for_stop_signal
 
 
 @pytest.fixture

@@ -65,8 +65,8 @@ def test_dpo_on_pairs_raises_heldout_margin(tmp_path_factory, tmp_path):
 
 
 def test_sft_weight_adds_an_nll_term_on_chosen_and_refuses_negative_weights():
-    from ray_jobs.tpo import dpo_loss
     from thinking.config import TrainConfig
+    from thinking.learn import dpo_loss
     from training.dpo import DPOJobConfig
 
     assert dpo_loss(0.0) == {}  # plain DPO, as the paper trains

@@ -13,7 +13,7 @@ import pytest
 from _ray_head import ray_head
 
 from common.config import load_config
-from ray_jobs import runner
+from jobs import runner
 from ray_jobs.tpo import JOB
 from thinking.config import TpoConfig
 

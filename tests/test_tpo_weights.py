@@ -15,9 +15,10 @@ import pytest
 
 from common.config import load_config
 from common.sampling import SamplingParams
-from ray_jobs.tpo import dpo_trainer, make_judge, resolve
 from search.pool import SamplerPool
 from thinking.config import TpoConfig
+from thinking.judging import make_judge, resolve
+from thinking.learn import dpo_trainer
 from thinking.loop import TpoLoop
 from thinking.state import TpoState
 

@@ -12,12 +12,13 @@ user's LLM judge is a class with a `generate` parameter and `async score`; docs/
 from __future__ import annotations
 
 import inspect
-import os
 from dataclasses import replace
 from pathlib import Path
 
 from common.config import ConfigError
+from common.secrets import secret_from_environment
 from search.pool import SamplerPool
+from search.pool_config import PoolConfig
 from thinking.config import JudgeConfig, TpoConfig
 from training import pretrained
 from training.checkpoints import is_chat_model
@@ -66,9 +67,14 @@ def check_judge(j: JudgeConfig) -> type:
     return cls
 
 
-def judge_pool_needed(j: JudgeConfig) -> bool:
-    """Whether make_judge starts a sampler pool of its own (one actor) for the judge LLM."""
-    return j.engine == "pool" and "generate" in wants(judge_class(j.kind))
+def judge_pool_config(cfg: TpoConfig) -> PoolConfig | None:
+    """The judge LLM's own sampler pool, when the judge generates on engine 'pool': one actor with
+    the samplers' settings, outside the experiment's registry. None when make_judge starts none;
+    the job's resource demands (thinking/checks.py) ask the same question."""
+    j = cfg.judge
+    if j.engine != "pool" or "generate" not in wants(judge_class(j.kind)):
+        return None
+    return replace(cfg.sampler, num_actors=1, experiment=None)
 
 
 def make_judge(cfg: TpoConfig) -> tuple[Judge, SamplerPool | None]:
@@ -78,14 +84,15 @@ def make_judge(cfg: TpoConfig) -> tuple[Judge, SamplerPool | None]:
     needs, kwargs, pool = wants(cls), dict(j.kwargs), None
     if "checkpoint" in needs and j.checkpoint:
         kwargs["checkpoint"] = resolve(j.checkpoint)
+    pool_cfg = judge_pool_config(cfg)
     if "generate" in needs and j.engine == "openai":
         from search.engines.openai_engine import OpenAIEngine
 
-        engine = OpenAIEngine(j.base_url, model=j.model or None, api_key=os.environ.get("OPENAI_API_KEY"))
+        engine = OpenAIEngine(j.base_url, model=j.model or None, api_key=secret_from_environment("OPENAI_API_KEY"))
         kwargs["generate"] = engine.agenerate
-    elif "generate" in needs:
+    elif pool_cfg is not None:  # "generate" in needs, on engine 'pool'
         checkpoint = resolve(j.checkpoint)
-        pool = SamplerPool(replace(cfg.sampler, num_actors=1, experiment=None), checkpoint=checkpoint)
+        pool = SamplerPool(pool_cfg, checkpoint=checkpoint)
         kwargs["generate"] = pool.generate
         if cls.__name__ == "PairwiseJudge":  # its own pool constrains the verdict to one letter, asked through
             kwargs = {"chat": is_chat_model(checkpoint), "regex": CHOICE_REGEX} | kwargs  # a chat template

@@ -22,7 +22,7 @@ ENGINES: dict[str, str] = {
     "openai": "search.engines.openai_engine:OpenAIEngine",
 }
 
-# The packages each engine imports when it starts (ray_jobs.checks finds them before a job does).
+# The packages each engine imports when it starts (search.engines.checks finds them before a job does).
 ENGINE_PACKAGES: dict[str, tuple[str, ...]] = {
     "transformers": ("torch", "transformers"),
     "vllm": ("vllm",),

@@ -11,7 +11,7 @@ it is set, whatever checkpoint the pool hands the engine: that checkpoint is the
 local copy of what the server serves (SOAR's model.checkpoint), not a name the server knows.
 Without `model`, `load(name)` names the served model (scaling's `model:`), and without either
 the server's first model is used. `probe_server` asks a server, before a job samples, what it
-serves and whether it takes the vLLM extensions the job will send (ray_jobs/checks.py).
+serves and whether it takes the vLLM extensions the job will send (search/engines/checks.py).
 """
 
 from __future__ import annotations

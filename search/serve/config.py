@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from common.config import ConfigError
+from common.secrets import secret_from_environment
 from search.pool import PoolConfig
 from search.serve.deployment import ServeSettings
 from search.serve.guard import (
@@ -127,10 +128,11 @@ def _api_key(cfg: ServeConfig, env: Mapping[str, str]) -> str | None:
     if cfg.api_key_file:
         return read_api_key_file(cfg.api_key_file)
     if cfg.api_key_env:
-        if not env.get(cfg.api_key_env):
+        key = secret_from_environment(cfg.api_key_env, env=env)
+        if key is None:
             raise ValueError(f"api_key_env={cfg.api_key_env}: that environment variable is empty or unset; "
                              "export it before starting serve")
-        return env[cfg.api_key_env]
+        return key
     return api_key_from_environment(env)
 
 

@@ -14,11 +14,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import os
 from collections.abc import Mapping
 from typing import Any
 
-from common.secrets import read_secret_file
+from common.secrets import read_secret_file, secret_from_environment
 from search.serve.protocol import error_body
 
 OPEN_PATHS = frozenset({"/health"})  # load balancers probe it without a token
@@ -38,12 +37,7 @@ def read_api_key_file(path: str) -> str:
 
 def api_key_from_environment(env: Mapping[str, str] | None = None) -> str | None:
     """$RATCHET_API_KEY, else the file named by $RATCHET_API_KEY_FILE, else None."""
-    env = os.environ if env is None else env
-    if env.get(API_KEY_ENV):
-        return env[API_KEY_ENV]
-    if env.get(API_KEY_FILE_ENV):
-        return read_api_key_file(env[API_KEY_FILE_ENV])
-    return None
+    return secret_from_environment(API_KEY_ENV, API_KEY_FILE_ENV, env, "API key file")
 
 
 class RequestGuard:

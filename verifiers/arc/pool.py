@@ -5,7 +5,10 @@
     results = pool.execute_many(task, programs)   # the same, for callers without an event loop
 
 A failed actor (dead, OOM-killed, its executor's sandboxes lost, past its deadline) is
-replaced and its chunk retried (common/faults.py).
+replaced and its chunk retried (common/faults.py); an actor that cannot start for a caller's
+mistake (an allowed module that is not there) fails the batch once, in one line
+(`ArcVerifierShell`). Slots, replacement, retries and deadlines: common/actor_pool.py, shared
+with the sampler pool.
 
 The actor holds no logic (executor.py does, testable without Ray). It reserves one CPU
 per sandbox worker, connects to the store inside itself (redis clients do not pickle) and
@@ -21,8 +24,8 @@ from typing import Any
 
 import ray
 
-from common.faults import DeadlineExceeded, InfrastructureError, is_infrastructure, unwrap
-from common.placement import LEDGER, actor_options, check_placement, node_id
+from common.actor_pool import ActorPool, Shell, Slot
+from common.placement import actor_options, check_placement, node_id
 from verifiers.arc.executor import ArcExecutor
 from verifiers.arc.grids import ArcTask, decode_rows
 from verifiers.arc.results import InputResult, ProgramResult
@@ -59,7 +62,28 @@ class ArcVerifierActorImpl:
         self.executor.close()
 
 
-ArcVerifierActor = ray.remote(ArcVerifierActorImpl)
+class ArcVerifierShell(Shell, ArcVerifierActorImpl):
+    """ArcVerifierActorImpl as the pool's Ray actor runs it: alive when it cannot start, every
+    call raising why (common.actor_pool.Shell), rather than dying into a lost actor that the
+    pool would replace, to die the same way, max_chunk_retries times."""
+
+    def __init__(self, **kwargs: Any):
+        self._start("a verifier actor", lambda: ArcVerifierActorImpl.__init__(self, **kwargs))
+
+    def execute_many(self, task_id: str, task_json: dict[str, Any], programs: list[str]) -> list[dict[str, Any]]:
+        self._started()
+        return super().execute_many(task_id, task_json, programs)
+
+    def stats(self) -> dict[str, Any]:
+        self._started()
+        return super().stats()
+
+    def close(self) -> None:
+        if self._start_error is None:  # one that never started has no sandboxes to close
+            super().close()
+
+
+ArcVerifierActor = ray.remote(ArcVerifierShell)
 
 
 def result_from_dict(d: dict[str, Any]) -> ProgramResult:
@@ -73,7 +97,7 @@ def result_from_dict(d: dict[str, Any]) -> ProgramResult:
                          tuple(map(one, d["test"])), d.get("cached", False))
 
 
-class ArcVerifierPool:
+class ArcVerifierPool(ActorPool):
     """``actors`` verifier actors; a batch is cut into chunks dealt round-robin.
 
     The pool replaces a failed actor itself (Ray's max_restarts would be a budget for the
@@ -81,6 +105,8 @@ class ArcVerifierPool:
     actor, up to ``max_chunk_retries`` times per chunk: execution is deterministic and cached,
     so a retry is safe. A chunk past ``request_timeout_s`` counts as a failure of its actor.
     """
+
+    kind, what = "verifier", "chunk"
 
     def __init__(self, *, actors: int = 2, workers_per_actor: int = 1,
                  limits: SandboxLimits | None = None, allowed_modules: Sequence[str] = (),
@@ -96,65 +122,30 @@ class ArcVerifierPool:
                              **actor_options(strategy=scheduling_strategy, resources=resources or {}))
         self._kwargs = dict(workers=workers_per_actor, limits=(limits or SandboxLimits()).__dict__.copy(),
                             allowed_modules=list(allowed_modules), use_cache=use_cache)
-        self.actors = [self._spawn() for _ in range(actors)]
         self.chunk = chunk
         self.request_timeout_s = request_timeout_s
         self.max_chunk_retries = max_chunk_retries
-        self.restarts = 0  # actors replaced after a failure
-        self._next = 0
-        self._nodes: dict[Any, str | None] = {}  # actor handle -> its node (asked once)
+        # chunks dealt in turn, none held back in the driver: an actor runs one at a time, Ray queues the rest
+        super().__init__(actors, limit=None, round_robin=True)
 
     def _spawn(self) -> Any:
         return ArcVerifierActor.options(**self._options).remote(**self._kwargs)
 
-    def _replace(self, index: int, actor: Any) -> None:
-        if self.actors[index] is not actor:  # another chunk already replaced it
-            return
-        try:
-            ray.kill(actor, no_restart=True)
-        except Exception:  # already gone
-            pass
-        self.actors[index] = self._spawn()
-        self.restarts += 1
-
-    async def _credit(self, actor: Any, programs: int) -> None:
-        """Count a chunk for the node of the actor that answered it (common/placement.py)."""
-        if actor not in self._nodes:
-            try:
-                self._nodes[actor] = await actor.node_id.remote()
-            except Exception:  # gone right after answering: its node is unknown, the results stand
-                self._nodes[actor] = None
-        LEDGER.add("verifier", self._nodes[actor], programs)
+    @property
+    def actors(self) -> list[Any]:
+        """The actors' handles, one per slot (a replacement takes its slot)."""
+        return [s.handle for s in self.slots]
 
     async def execute(self, task: ArcTask, programs: Sequence[str]) -> list[ProgramResult]:
         """One ProgramResult per program, in order; chunks run on the actors concurrently."""
         task_json = ray.put(task.to_json())
 
         async def one(chunk: list[str]) -> list[dict[str, Any]]:
-            attempts = self.max_chunk_retries + 1
-            for attempt in range(attempts):
-                index = self._next % len(self.actors)
-                self._next += 1
-                actor = self.actors[index]
-                try:
-                    ref = actor.execute_many.remote(task.id, task_json, chunk)
-                    try:
-                        rows = await (ref if self.request_timeout_s is None
-                                      else asyncio.wait_for(ref, self.request_timeout_s))
-                    except asyncio.TimeoutError:
-                        raise DeadlineExceeded(f"verifier actor {index} did not answer within "
-                                               f"request_timeout_s={self.request_timeout_s}") from None
-                    await self._credit(actor, len(chunk))
-                    return rows
-                except Exception as e:
-                    if not is_infrastructure(e):
-                        raise unwrap(e) from None
-                    self._replace(index, actor)
-                    if attempt == attempts - 1:
-                        raise InfrastructureError(
-                            f"verifier chunk failed on {attempts} actors in a row (last: {unwrap(e)!r}); "
-                            "see the actors' logs for why they fail") from e
-            raise AssertionError("unreachable")
+            async def attempt(slot: Slot, actor: Any) -> list[dict[str, Any]]:
+                ref = actor.execute_many.remote(task.id, task_json, chunk)
+                return await self._within_deadline(ref, slot, self.request_timeout_s)
+
+            return await self._retrying(attempt, retries=self.max_chunk_retries, units=len(chunk))
 
         chunks = [list(programs[s:s + self.chunk]) for s in range(0, len(programs), self.chunk)]
         done = await asyncio.gather(*(one(c) for c in chunks))
@@ -173,6 +164,5 @@ class ArcVerifierPool:
             ray.get(refs)
         except Exception:  # a dead actor has nothing to close
             pass
-        for a in self.actors:
-            ray.kill(a)
-        self.actors = []
+        self._kill_all()
+        self.slots.clear()

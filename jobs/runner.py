@@ -8,7 +8,7 @@ A job supplies only its config class and `run(cfg, ctx) -> summary` (and optiona
 parses `--config FILE field=value ...` (`--help` lists every field with its default and
 comment, `--print-config` prints the resolved config, `--dry-run` checks it and stops; a
 wrong config is one line on stderr and exit code 2, naming where the value was set), runs the
-checks, refuses a multi-node cluster without a shared Redis or storage (ray_jobs/cluster.py),
+checks, refuses a multi-node cluster without a shared Redis or storage (jobs/cluster.py),
 takes the experiment's lease (a second driver of the same experiment refuses, naming the
 first), checks the run's identity before a local Ray starts (a rerun with another resolved
 config refuses, in one line with the changed values, unless `--allow-config-change`, which is
@@ -50,8 +50,8 @@ from common.fieldhelp import describe_fields
 from common.logs import add_run_log, protect, ray_runtime_env, remove_run_log, setup_logging
 from common.placement import LEDGER, Demand, check_capacity
 from common.redaction import RedactingFilter, redact_secrets, redact_text, redact_url, secret_values
-from ray_jobs.cluster import check_cluster
-from ray_jobs.stopping import Stopped, raise_on_stop_signals, restore
+from jobs.cluster import check_cluster
+from jobs.stopping import Stopped, raise_on_stop_signals, restore
 from store import Lease, Store
 from store.connection import StoreUnavailable, configured_url
 from store.server import running_local_server
@@ -142,7 +142,7 @@ def _joins_cluster() -> bool:
 
 def check_on_cluster(spec: JobSpec[C], cfg: C) -> None:
     """Join (or start) Ray and refuse a cluster the run cannot work on: split state or paths
-    other nodes cannot read (ray_jobs/cluster.py), or more than it can hold (common/placement.py)."""
+    other nodes cannot read (jobs/cluster.py), or more than it can hold (common/placement.py)."""
     init_ray()
     nodes = ray.nodes()
     check_cluster(nodes, os.environ, spec.shared_paths(cfg) if spec.shared_paths else {})
@@ -207,7 +207,7 @@ def execute(spec: JobSpec[C], cfg: C, store: Store | None = None, allow_config_c
 
     `allow_config_change`: continue an experiment whose config differs (recorded). With
     `stop_on_sigterm` (the CLI's choice; a library caller keeps its own handlers), SIGTERM and
-    SIGINT end the run as "killed" by raising `Stopped` (ray_jobs/stopping.py). `sources`: as
+    SIGINT end the run as "killed" by raising `Stopped` (jobs/stopping.py). `sources`: as
     for preflight.
     """
     filt = redact_logs(cfg)
