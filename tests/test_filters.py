@@ -251,3 +251,12 @@ def test_partition_takes_its_config_by_keyword_too(tasks):
     crash = run("def transform(grid):\n    return grid[5]\n", task)
     kept, dropped = partition([crash], task, cfg=FilterConfig(drop_errors=False), purpose="voting")
     assert kept == [crash] and not dropped
+
+
+def test_a_ten_cell_literal_of_an_answer_is_hardcoding_by_default_and_nine_cells_are_not():
+    ten = ((1, 2, 3, 4, 5), (6, 7, 8, 9, 1))  # 2x5: the smallest grid the default calls memorised
+    nine = ((1, 2, 3), (4, 5, 6), (7, 8, 9))
+    for answer, dropped in ((ten, True), (nine, False)):
+        task = toy([(A, answer), (B, C)], [(C, None)])
+        c = dataclasses.replace(ran(task, [answer, C], [B]), code=f"def transform(grid):\n    return {answer!r}\n")
+        assert ("hardcoded_output" in reasons_to_drop(c, task)) is dropped, answer

@@ -350,3 +350,20 @@ def test_build_rows_counts_exactly_what_it_made_and_dropped(task, cands):
     assert counts == {"sample_rows": 3, "refine_rows": 1, "wrong_program_rows": 2, "tasks_with_rows": 1, "filtered": 1}
     only_samples, counts = build_rows({task.id: task}, {task.id: [cands[5]]}, HindsightConfig(), iteration=0)
     assert counts["tasks_with_rows"] == 1 and counts["refine_rows"] == 0  # sample rows alone count the task
+
+
+def test_refinement_rows_take_turns_across_parent_bins_and_stop_at_the_cap(task, cands):
+    from evolution.hindsight import refinement_rows
+
+    n = len(task.train)
+    broken = replace_correct(cands[2], (False,) * n)  # bin "zero"
+    partly = replace_correct(cands[3], (True,) + (False,) * (n - 1))  # bin "low"
+    from_broken = [_refine(c, broken, (True,) * n) for c in (cands[0], cands[1])]
+    from_partly = [_refine(cands[5], partly, (True,) * n)]
+    pool = [broken, partly, *from_broken, *from_partly]
+    codes = {c.code for c in from_partly}
+    for cap, want in ((1, 1), (2, 2), (3, 3), (5, 3)):
+        rows = refinement_rows(task, pool, HindsightConfig(refinement_per_task=cap), random.Random(0))
+        assert len(rows) == want, cap
+        if cap >= 2:  # one turn each before either bin gets a second
+            assert codes <= {CODE_PREFIX + r["completion"] for r in rows}

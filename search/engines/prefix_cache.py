@@ -114,6 +114,9 @@ class PrefixCache:
         if self.bytes + nbytes <= self.max_bytes:
             return  # the usual case: no walk over every block
         protected = set(keep)  # never evict the chain being stored: its tail would lose its head
+        evictable = sum(b.nbytes for k, b in self._blocks.items() if k not in protected)
+        if self.bytes - evictable + nbytes > self.max_bytes:
+            return  # it cannot fit whatever goes: keep what is cached (the caller stores nothing)
         for key in list(self._blocks):
             if self.bytes + nbytes <= self.max_bytes:
                 return
