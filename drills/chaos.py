@@ -11,12 +11,16 @@ Per workload, a reference run goes through uninterrupted (experiment `<workload>
 its final progress count is read (drills/chaos_jobs.py: samples drawn, rows stored); then
 the chaos run (`<workload>-chaos`) is started, and each kill point (in random order) is hit
 once the chaos run's own count reaches a random share (5-85%) of the reference's: kills land
-while the job works, at a moment the seed fixes, however fast the machine is. Each run starts
-with an empty execution cache, so the chaos run's programs reach real sandboxes. A driver that
-ended (killed, or failed on the fault) is started again, as a user would, until it finishes.
+while the job works, at a moment the seed fixes, however fast the machine is. The sampler is
+and the verifier actor are killed at fail points (common/failpoints.py): armed at that moment,
+the next sampler to finish a batch, or verifier to take a chunk, stops there until it is killed,
+so the kill lands by construction; the sandbox is found by its command line. Each run starts with an empty execution cache, so
+the chaos run's programs reach real sandboxes. A driver that ended (killed, or failed on the
+fault) is started again, as a user would, until it finishes. A planned kill that was not made
+fails the run (verdict), as does any difference from the reference.
 Then the final state is compared (chaos_jobs.snapshot): counts per task or phase (a
 duplicate would show there), program sets, budgets, pairs, published versions, statuses.
-Prints one JSON report; exit status 1 on a mismatch.
+Prints one JSON report and `chaos: PASS`, or each reason it fails and `chaos: FAIL`, exit 1.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.failpoints import FailPoints
 from common.procs import cmdline, lineage, pids, pids_naming, ppid
 from drills.chaos_jobs import JOBS, POINTS, compare, differences, progress, snapshot, summary
 from store import Store, keys
@@ -47,7 +52,9 @@ POLL_S = 0.2  # how often the chaos run's progress is read
 FIND_WAIT_S = 600  # how long a kill point's process is looked for (a restarted driver on a busy machine
 # may take minutes to verify its first program, and only then starts a sandbox) before the kill counts as not made
 LEASE_TTL_S = 10  # short, so a killed driver's lease frees soon; a restart waits it out
-ACTOR_TITLES = {"sampler": "ray::SamplerWorker", "verifier": "ray::ArcVerifierActorImpl"}
+# kill points a process of the job stops at (common/failpoints.py), once armed, until it is killed:
+# found by what it announces, not by a process title (a runtime env or a renamed class changes that)
+FAIL_POINTS = {"sampler": "sampler_batch", "verifier": "verifier_batch"}
 
 
 def _descends(pid: int, roots: set[int]) -> bool:
@@ -60,13 +67,12 @@ def ray_roots(ray_tmp: str) -> set[int]:
 
 
 def candidates(ray_tmp: str, point: str) -> list[int]:
-    """The live processes for an actor or sandbox kill point: among the Ray processes started
-    under `ray_tmp` and their descendants."""
+    """The live processes for the sandbox kill point (a verifier actor's zygote or one of its
+    forked children: same command line), among the Ray processes started under `ray_tmp` and
+    their descendants."""
+    if point != "sandbox":
+        raise ValueError(f"only the sandbox is found by its command line; {point!r} stops at a fail point")
     roots = ray_roots(ray_tmp)
-    if point in ACTOR_TITLES:
-        title = ACTOR_TITLES[point].encode()
-        return [p for p in pids() if cmdline(p).startswith(title) and _descends(p, roots)]
-    # sandbox: a verifier actor's zygote or one of its forked children (same cmdline)
     return [p for p in pids() if b"zygote.py" in cmdline(p) and _descends(p, roots)]
 
 
@@ -77,11 +83,10 @@ def find_process(ray_tmp: str, point: str) -> int | None:
 
 
 def census(ray_tmp: str) -> str:
-    """What a lookup that found nothing did see: verifier actors and sandbox processes."""
+    """What a lookup that found nothing did see: the Ray processes and sandbox processes."""
     roots = ray_roots(ray_tmp)
     mine = [p for p in pids() if _descends(p, roots)]
-    actors = sum(cmdline(p).startswith(ACTOR_TITLES["verifier"].encode()) for p in mine)
-    return f"{actors} verifier actor(s), {sum(b'zygote.py' in cmdline(p) for p in mine)} sandbox process(es)"
+    return f"{len(mine)} Ray process(es), {sum(b'zygote.py' in cmdline(p) for p in mine)} sandbox process(es)"
 
 
 def describe(point: str, pid: int) -> str:
@@ -109,8 +114,9 @@ class Cluster:
         self.ray_tmp = tempfile.mkdtemp(prefix="chaos-", dir="/tmp")  # short: Ray's socket paths are limited
         self.redis_dir = base / "redis"
         self.redis = ensure_local_server(self.redis_dir)
+        self.points = FailPoints(base / "failpoints")
         self.env = os.environ | {"RATCHET_REDIS_URL": self.redis.url, "RAY_TMPDIR": self.ray_tmp,
-                                 "RATCHET_LEASE_TTL_S": str(LEASE_TTL_S), "PYTHONPATH": str(ROOT)}
+                                 "RATCHET_LEASE_TTL_S": str(LEASE_TTL_S), "PYTHONPATH": str(ROOT)} | self.points.env
         self.env.pop("RAY_ADDRESS", None)
 
     def ray_roots(self) -> set[int]:
@@ -194,9 +200,15 @@ def run_chaos(cluster: Cluster, workload: str, runs: Path, log, total: int, rng:
                 time.sleep(POLL_S)  # polling a count the job writes: the moment is chosen by progress
                 continue
             pending.pop(0)
-            pid = job.pid if point == "driver" else cluster.find(point)
+            if point in FAIL_POINTS:
+                cluster.points.arm(FAIL_POINTS[point])
+                hit = cluster.points.wait_hit(FAIL_POINTS[point], lambda j=job: j.poll() is None)
+                pid = None if hit is None else hit["pid"]
+                cluster.points.disarm(FAIL_POINTS[point])  # not reached before the driver ended: not later either
+            else:
+                pid = job.pid if point == "driver" else cluster.find(point)
             looked = time.monotonic()
-            while pid is None and job.poll() is None and time.monotonic() < looked + FIND_WAIT_S:
+            while pid is None and point not in FAIL_POINTS and job.poll() is None and time.monotonic() < looked + FIND_WAIT_S:
                 time.sleep(0.5)  # not started yet (a replacement, the first chunk's sandbox): look again
                 pid = cluster.find(point)
             kill = {"point": point, "at_progress": at, "seen_progress": seen, "of": total, "start": starts,
@@ -224,6 +236,20 @@ def run_chaos(cluster: Cluster, workload: str, runs: Path, log, total: int, rng:
         if starts > 2 * len(POINTS[workload]) + 2:
             raise SystemExit(f"the chaos {workload} run did not finish after {starts} starts; see {log.name}")
         time.sleep(LEASE_TTL_S + 1)  # a killed or failed driver: wait out its lease as a user would
+
+
+def verdict(report: dict[str, Any], workloads: list[str]) -> list[str]:
+    """Why the chaos run fails (empty: PASS): a planned kill not made (a drill whose fault did not
+    happen proves nothing), or a final state unlike the uninterrupted run's."""
+    failures = []
+    for w in workloads:
+        kills = report[w]["kills"]
+        failures += [f"{w}: the planned kill of the {k['point']} was not made ({k.get('why')})"
+                     for k in kills if not k["made"]]
+        failures += [f"{w}: no kill of the {p} was tried" for p in POINTS[w] if p not in {k["point"] for k in kills}]
+        failures += [f"{w}: {name} differs from the uninterrupted run's" for name, ok in report[w]["checks"].items()
+                     if not ok]
+    return failures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,7 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cluster.close()
     (out / "chaos.json").write_text(json.dumps(report, indent=1, default=str))
-    ok = all(all(report[w]["checks"].values()) for w in args.workloads)
-    print(f"chaos: {'PASS' if ok else 'MISMATCH'} -> {out / 'chaos.json'}", flush=True)
+    failures = verdict(report, args.workloads)
+    for failure in failures:
+        print(f"chaos: {failure}", flush=True)
+    print(f"chaos: {'PASS' if not failures else 'FAIL'} -> {out / 'chaos.json'}", flush=True)
+    ok = not failures
     return 0 if ok else 1
 

@@ -42,6 +42,14 @@ WORKER_CPUS = 4  # logical: a worker left alone must hold every actor and the tr
 OBJECT_STORE = 200 * 1024 * 1024
 
 
+def _state(pid: int) -> str:
+    """A process's state letter (Z: a zombie, dead but not reaped), or "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return ""
+
+
 def runtime_env_for(url_file: Path, out: Path, pip: bool = True) -> Path:
     """deploy/runtime_env.yaml with this cluster's URL file; without `pip` its pip line goes,
     as the recipe says for nodes that have the packages."""
@@ -55,7 +63,7 @@ def runtime_env_for(url_file: Path, out: Path, pip: bool = True) -> Path:
 
 class LocalCluster:
     def __init__(self, base: Path, workers: int = 2, worker_cpus: int = WORKER_CPUS, pip: bool = False):
-        self.base, self.redis, self.ray, self.pip = base, None, None, pip
+        self.base, self.redis, self.ray, self.pip, self._added = base, None, None, pip, 0
         self.ray_tmp = base / "ray"  # short: Ray's socket paths are length-limited
         self._environ = dict(os.environ)
         try:
@@ -85,6 +93,10 @@ class LocalCluster:
                        # a lost node is declared dead after ~3 s of missed health checks, not ~15 s
                        "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
                        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
+        self._start_ray(workers)
+
+    def _start_ray(self, workers: int) -> None:
+        """A head (the job server, the drivers, no CPUs) and `workers` worker nodes."""
         from ray.cluster_utils import Cluster
 
         self.dashboard_port = free_port()
@@ -93,7 +105,6 @@ class LocalCluster:
             dashboard_port=self.dashboard_port, temp_dir=str(self.ray_tmp), node_ip_address="127.0.0.1",
             object_store_memory=OBJECT_STORE, runtime_env_dir_name="runtime_resources_head"))
         self.names: dict[Any, str] = {self.ray.head_node: "head"}
-        self._added = 0
         for _ in range(workers):
             self.add_worker()
 
@@ -133,18 +144,50 @@ class LocalCluster:
         self.ray.remove_node(node, allow_graceful=False)
         return self.names[node]
 
+    def lose_head(self) -> None:
+        """Lose the head machine: SIGKILL its GCS, job server and the drivers on it, and the
+        worker nodes with it (without a GCS they stop serving; a worker's raylet would exit
+        after a minute of reconnecting). Redis and the storage dir stay: the durable state."""
+        workers = len(self.ray.worker_nodes)
+        for pid in pids_naming(str(self.ray_tmp)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self._start_ray(workers)  # a new head, and its workers joining it
+
+    def kill_redis(self) -> float:
+        """SIGKILL redis-server, then start it again from its config (same port, password and
+        append-only file), as its supervisor would; returns the seconds it was away."""
+        from store.tcp import restart_tcp_server
+
+        started = time.monotonic()
+        os.kill(self.redis.pid, signal.SIGKILL)
+        while Path(f"/proc/{self.redis.pid}").exists() and _state(self.redis.pid) != "Z":
+            time.sleep(0.01)  # the port is free once the process is gone
+        self.redis = restart_tcp_server(self.redis)
+        return time.monotonic() - started
+
     def gcs_pid(self) -> int:
         return self.ray.head_node.all_processes["gcs_server"][0].process.pid
 
     # --- jobs, through the job server as the README's recipe submits them ---------------------
-    def submit_argv(self, entrypoint: list[str], submission_id: str) -> list[str]:
+    def submit_argv(self, entrypoint: list[str], submission_id: str, runtime_env: Path | None = None) -> list[str]:
         return [sys.executable, "-m", "ray.scripts.scripts", "job", "submit", "--address", self.job_address,
-                "--working-dir", ".", "--runtime-env", str(self.runtime_env), "--submission-id", submission_id,
-                "--no-wait", "--", *entrypoint]
+                "--working-dir", ".", "--runtime-env", str(runtime_env or self.runtime_env),
+                "--submission-id", submission_id, "--no-wait", "--", *entrypoint]
 
-    def submit(self, entrypoint: list[str], submission_id: str) -> str:
-        r = subprocess.run(self.submit_argv(entrypoint, submission_id), cwd=ROOT, capture_output=True, text=True,
-                           timeout=300)
+    def runtime_env_with(self, env_vars: dict[str, str], name: str) -> Path:
+        """The cluster's runtime env with more env_vars (a drill's, for one job's processes)."""
+        env = yaml.safe_load(self.runtime_env.read_text())
+        env["env_vars"] |= env_vars
+        out = self.base / f"runtime_env-{name}.yaml"
+        out.write_text(yaml.safe_dump(env, sort_keys=False))
+        return out
+
+    def submit(self, entrypoint: list[str], submission_id: str, env_vars: dict[str, str] | None = None) -> str:
+        """`ray job submit` as the recipe writes it; `env_vars` join the runtime env for this job only."""
+        runtime_env = self.runtime_env_with(env_vars, submission_id) if env_vars else None
+        r = subprocess.run(self.submit_argv(entrypoint, submission_id, runtime_env), cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
         if r.returncode != 0:
             raise RuntimeError(f"ray job submit failed ({r.returncode}): {r.stderr[-2000:]}")
         return submission_id

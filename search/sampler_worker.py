@@ -25,6 +25,7 @@ import ray
 from ray.exceptions import TaskCancelledError
 
 from common.actor_pool import Shell
+from common.failpoints import failpoint
 from common.faults import EngineFailed
 from common.logs import protect
 from common.placement import node_id
@@ -174,6 +175,7 @@ class SamplerWorker:
                         self.cancelled += 1
                     raise TaskCancelledError()
                 results = self._run(lambda: self.engine.generate(prompts, params), 1)
+        failpoint("sampler_batch", prompts=len(prompts))  # a fault drill loses this actor with a batch done, unsent
         with self._stats_lock:
             self.requests += 1
             self.tokens_generated += sum(c.completion_tokens for row in results for c in row)

@@ -56,6 +56,17 @@ def start_tcp_server(data_dir: Path, *, host: str, port: int) -> TcpServer:
         f"bind {host}", f"port {port}", "protected-mode yes", f"requirepass {password}",
         "daemonize yes", f"pidfile {data_dir / 'redis.pid'}", f"logfile {data_dir / 'redis.log'}",
         f"dir {data_dir}", "appendonly yes", "appendfsync always", "save ''", ""]))
+    return _launch(conf, data_dir, host, port, password)
+
+
+def restart_tcp_server(server: TcpServer) -> TcpServer:
+    """Start a killed server again from its config (same port, password, append-only file), as
+    a supervisor (systemd's Restart=, a Kubernetes pod) does; what was written comes back."""
+    data_dir = Path(server.data_dir)
+    return _launch(data_dir / "redis.conf", data_dir, server.host, server.port, server.password)
+
+
+def _launch(conf: Path, data_dir: Path, host: str, port: int, password: str) -> TcpServer:
     result = subprocess.run([_redis_server_binary(), str(conf)], capture_output=True, text=True, timeout=30)
     if result.returncode != 0:
         raise RuntimeError(f"redis-server failed to start from {conf}: {result.stderr.strip()}")

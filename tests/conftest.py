@@ -48,17 +48,41 @@ def experiment_name() -> str:
 
 
 @pytest.fixture(scope="session")
-def ray_local(redis_server: LocalServer) -> Iterator[None]:
+def failpoints_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("failpoints")
+
+
+@pytest.fixture(scope="session")
+def ray_local(redis_server: LocalServer, failpoints_dir: Path) -> Iterator[None]:
     """A real local Ray (2 CPUs, no dashboard), shared by the session's Ray tests; workers set
-    up their logging as a job's do (common.logs), and their output reaches this driver."""
+    up their logging as a job's do (common.logs), and their output reaches this driver. Its
+    processes look at the session's fail points (the `failpoints` fixture arms them)."""
     import ray
 
+    from common.failpoints import ENV_DIR
     from common.logs import ray_runtime_env
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True,
-             runtime_env=ray_runtime_env({ENV_URL: redis_server.url}))
+             runtime_env=ray_runtime_env({ENV_URL: redis_server.url, ENV_DIR: str(failpoints_dir)}))
     yield
     ray.shutdown()
+
+
+@pytest.fixture
+def failpoints(failpoints_dir: Path):
+    """The fail points ray_local's processes look at; whatever a test left armed is disarmed
+    after it, and a process it left stopped at one is released."""
+    from common.failpoints import FailPoints
+
+    points = FailPoints(failpoints_dir)
+    yield points
+    for armed in failpoints_dir.glob("*.armed"):
+        armed.unlink(missing_ok=True)
+    for fifo in failpoints_dir.glob("*.release"):
+        try:
+            points.release(fifo.name.removesuffix(".release"))
+        except ProcessLookupError:
+            pass
 
 
 @pytest.fixture(scope="session")

@@ -79,3 +79,29 @@ def test_a_verifier_actor_that_cannot_start_fails_the_batch_once_naming_why(ray_
         assert not is_infrastructure(info.value) and pool.restarts == 0
     finally:
         pool.close()
+
+
+def test_a_verifier_actor_lost_at_its_fail_point_is_replaced_and_its_chunk_verified(ray_local, store, task, failpoints):
+    """The fault drills' verifier loss (common/failpoints.py): the actor that takes a chunk stops
+    before running it, is SIGKILLed there, and the chunk is verified on its replacement."""
+    import os
+    import signal
+    import threading
+
+    from verifiers.arc.pool import ArcVerifierPool
+
+    programs = [SOLUTIONS["c8f0f002"] + f"\n_n = {i}\n" for i in range(3)]
+    pool = ArcVerifierPool(actors=1, workers_per_actor=1, use_cache=False, chunk=3)
+    try:
+        failpoints.arm("verifier_batch")
+        results: list = []
+        worker = threading.Thread(target=lambda: results.extend(pool.execute_many(task, programs)))
+        worker.start()
+        hit = failpoints.wait_hit("verifier_batch", worker.is_alive)
+        assert hit is not None and hit["task"] == task.id and hit["programs"] == 3, hit
+        os.kill(hit["pid"], signal.SIGKILL)
+        worker.join()
+        assert [r.train_accuracy for r in results] == [1.0] * 3
+        assert pool.restarts == 1
+    finally:
+        pool.close()

@@ -19,7 +19,7 @@ def test_a_run_killed_at_every_point_ends_as_an_uninterrupted_one(workload, tmp_
     report = json.loads((tmp_path / "chaos.json").read_text())[workload]
     assert all(report["checks"].values()), report["checks"]
     made = {k["point"] for k in report["kills"] if k["made"]}
-    assert made, report["kills"]  # at least one kill landed while the run was going
+    assert made == set(chaos_jobs.POINTS[workload]), report["kills"]  # every planned kill landed
 
 
 @pytest.mark.parametrize("workload", ["soar", "scaling", "tpo"])
@@ -69,3 +69,22 @@ def test_the_sandbox_point_finds_the_workers_though_the_reference_verified_the_s
         assert {chaos.describe("sandbox", p) for p in found} >= {"sandbox zygote"}
     finally:
         pool.close()
+
+
+def _report(made: dict[str, bool], equal: bool = True) -> dict:
+    return {"kills": [{"point": p, "made": m, **({} if m else {"why": "the run had finished"})} for p, m in made.items()],
+            "checks": {"counts": equal, "statuses": True}}
+
+
+def test_a_chaos_run_passes_only_when_every_planned_kill_was_made_and_the_state_is_equal():
+    """A kill that did not land (the run finished first, no such process) used to leave the
+    run 'equal' and PASS: a fault drill that cannot fail. Now each one is a reason to fail."""
+    every = dict.fromkeys(chaos_jobs.POINTS["scaling"], True)
+    assert chaos.verdict({"scaling": _report(every)}, ["scaling"]) == []
+    missed = every | {"sampler": False}
+    assert chaos.verdict({"scaling": _report(missed)}, ["scaling"]) == [
+        "scaling: the planned kill of the sampler was not made (the run had finished)"]
+    untried = {p: True for p in every if p != "redis"}
+    assert chaos.verdict({"scaling": _report(untried)}, ["scaling"]) == ["scaling: no kill of the redis was tried"]
+    assert chaos.verdict({"scaling": _report(every, equal=False)}, ["scaling"]) == [
+        "scaling: counts differs from the uninterrupted run's"]

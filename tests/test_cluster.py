@@ -3,12 +3,15 @@ cluster recipe (docs/deploy.md's `ray job submit` lines, deploy/) carries what s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -260,26 +263,60 @@ def test_on_three_nodes_spread_samplers_serve_from_both_workers_keys_stay_out_of
 def test_the_recipe_runs_on_three_nodes_and_a_lost_node_changes_nothing(workload, tmp_path):
     """scripts/cluster_demo.py (make cluster-demo) for one workload: the README's `ray job submit`
     line against a head and two workers, Redis over TCP from a URL file; a worker node removed
-    mid-search (and, SOAR and TPO, mid-training); the same final state as an uninterrupted run;
-    the Redis password nowhere in Ray's GCS, its job records or the jobs' logs."""
+    mid-search (and, SOAR and TPO, mid-training) and redis-server killed, then the head lost and
+    the job sent again; each the same final state as an uninterrupted run; the Redis password
+    nowhere in Ray's GCS, its job records or the jobs' logs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RATCHET_REDIS_URL")} | {"PYTHONPATH": str(ROOT)}
     demo = subprocess.run([sys.executable, str(ROOT / "scripts" / "cluster_demo.py"), "--workloads", workload,
                            "--out", str(tmp_path)], capture_output=True, text=True, env=env, cwd=ROOT, timeout=3000)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     report = json.loads((tmp_path / "cluster.json").read_text())
     entry = report[workload]
+    from drills.cluster_demo import PLANNED
+
     assert entry["status"] == "SUCCEEDED" and all(entry["checks"].values()), entry["checks"]
-    assert [x["made"] for x in entry["losses"]] == [True] * (2 if workload in ("soar", "tpo") else 1), entry["losses"]
+    assert sorted(x["point"] for x in entry["losses"] if x["made"]) == sorted(PLANNED[workload]), entry["losses"]
     assert all(report["secrets"].values()), report["secrets"]
     if workload in ("soar", "tpo"):  # the training on the lost node went on from its checkpoint elsewhere
         assert any(v["resumed_from_step"] for v in entry["training_resumed"]), entry["training_resumed"]
+    head = entry["head_lost"]  # every Ray process lost, a new head, the same line sent again
+    assert [x["made"] for x in head["losses"]] == [True] and all(head["checks"].values()), head
+
+
+def test_the_cluster_demo_passes_only_when_every_planned_fault_was_made_and_the_training_resumed():
+    """Of five planned node losses only the three sampler ones happened, and the demo said PASS:
+    its verdict ignored `made`. Now a fault not made, or a lost training that started over
+    instead of resuming from its checkpoint, is a reason to fail."""
+    from drills import cluster_demo
+
+    def report(made: dict[str, bool], resumed: int | None = 2, head: bool | None = True) -> dict:
+        losses = [{"point": p, "made": m, **({} if m else {"why": "the job ended before it"})} for p, m in made.items()]
+        entry = {"run": "lost", "losses": losses, "checks": {"counts": True},
+                 "training_resumed": [{"version": "v1", "resumed_from_step": resumed}]}
+        if head is not None:
+            entry["head_lost"] = {"run": "head", "losses": [{"point": "head", "made": head}], "checks": {"counts": True}}
+        return {"tpo": entry, "secrets": {"password_not_in_gcs": True}, "refusal": {"ok": True}}
+
+    every = dict.fromkeys(cluster_demo.PLANNED["tpo"], True)
+    assert "redis" in every and "training_checkpoint" in every
+    assert cluster_demo.verdict(report(every), ["tpo"], head_loss=True) == []
+    assert cluster_demo.verdict(report(every | {"training_checkpoint": False}, resumed=None), ["tpo"]) == [
+        "tpo-lost: the planned fault at training_checkpoint was not made (the job ended before it)"]
+    assert cluster_demo.verdict(report(every, resumed=None), ["tpo"]) == [
+        "tpo-lost: the training lost with its node did not resume from its checkpoint"]
+    assert cluster_demo.verdict(report({"sampler_batch": True, "redis": True}), ["tpo"]) == [
+        "tpo-lost: no fault planned at training_checkpoint was tried"]
+    assert cluster_demo.verdict(report(every, head=None), ["tpo"], head_loss=True) == [
+        "tpo-head: no fault planned at head was tried"]
+    assert cluster_demo.verdict(report(every, head=False), ["tpo"], head_loss=True)[0].startswith(
+        "tpo-head: the planned fault at head was not made")
 
 
 def test_the_clusters_redis_listens_on_tcp_with_a_password_and_its_url_file_is_private(tmp_path):
     import redis
 
     from store.connection import connect
-    from store.tcp import start_tcp_server, stop_tcp_server, write_url_file
+    from store.tcp import restart_tcp_server, start_tcp_server, stop_tcp_server, write_url_file
 
     with pytest.raises(ValueError, match="port 6379 is Ray's head's"):
         start_tcp_server(tmp_path / "r0", host="127.0.0.1", port=6379)
@@ -294,5 +331,13 @@ def test_the_clusters_redis_listens_on_tcp_with_a_password_and_its_url_file_is_p
         with pytest.raises(redis.AuthenticationError), redis.Redis(host="127.0.0.1", port=port) as anonymous:
             anonymous.set("k", "v")  # no password: refused
         assert server.password not in " ".join(Path(f"/proc/{server.pid}/cmdline").read_text().split("\0"))
+        connect(server.url).set("written", "before the kill")
+        os.kill(server.pid, signal.SIGKILL)  # as a crash: no SHUTDOWN, nothing flushed on the way out
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(server.pid, 0)
+        while Path(f"/proc/{server.pid}").exists():
+            time.sleep(0.01)  # gone (reaped by init: it daemonized)
+        server = restart_tcp_server(server)  # its supervisor's part: same port, password and append-only file
+        assert connect(url_file.read_text().strip()).get("written") == b"before the kill"
     finally:
         stop_tcp_server(server)

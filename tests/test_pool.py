@@ -242,6 +242,28 @@ def test_actor_killed_mid_request_is_restarted_and_nothing_is_lost(pool, models)
     assert len(pool.generate_sync(PROMPTS, GREEDY)) == len(PROMPTS)
 
 
+def test_an_actor_lost_at_its_fail_point_with_a_batch_done_is_replaced_and_nothing_is_lost(pool, models, failpoints):
+    """The fault drills' sampler loss (common/failpoints.py): the actor that finishes a batch
+    stops before sending it, is SIGKILLed there, and the pool's retry on its replacement
+    returns every row."""
+    import os
+    import signal
+
+    async def scenario():
+        await pool.load_checkpoint(models["trained"], "v0")
+        before = {s.index: s.restarts for s in await pool.stats()}
+        failpoints.arm("sampler_batch")
+        task = asyncio.ensure_future(pool.generate(PROMPTS, GREEDY))
+        hit = await asyncio.to_thread(failpoints.wait_hit, "sampler_batch", lambda: not task.done())
+        assert hit is not None and hit["prompts"] >= 1, hit
+        os.kill(hit["pid"], signal.SIGKILL)
+        return await task, before, await pool.stats()
+
+    rows, before, after = asyncio.run(scenario())
+    assert [row[0].text for row in rows] == [expected(p) for p in PROMPTS]
+    assert sum(s.restarts for s in after) == sum(before.values()) + 1
+
+
 # --- failures from inside a live actor, and deadlines ------------------------------------------
 
 def _break_engine(handle, how: str) -> None:

@@ -252,6 +252,29 @@ class FirstStep(TrainerCallback):
             self.first = state.global_step
 
 
+def test_a_training_task_killed_at_its_first_checkpoint_resumes_from_it_on_ray(ray_local, failpoints, seed_model,
+                                                                             tmp_path):
+    """The fault drills' training loss (common/failpoints.py): the Ray task stops just after its
+    first checkpoint, is SIGKILLed there as a lost node would kill it, and Ray's retry resumes
+    from that checkpoint (resumed_from_step), not from step 0."""
+    import os
+    import signal
+
+    import ray
+
+    from training.sft import train_sft_remote
+
+    cfg = sft_cfg(seed_model, tmp_path / "it1", max_steps=6, save_steps=2, per_device_train_batch_size=8)
+    failpoints.arm("training_checkpoint")
+    ref = train_sft_remote(cfg, last_digit_rows(32, 1, TARGET), num_cpus=1)
+    hit = failpoints.wait_hit("training_checkpoint", lambda: not ray.wait([ref], timeout=0)[0])
+    assert hit is not None and hit["step"] == 2, hit
+    os.kill(hit["pid"], signal.SIGKILL)
+    result = ray.get(ref)
+    assert result.metrics["resumed_from_step"] == 2 and result.metrics["steps"] == 6
+    validate_checkpoint(result.checkpoint)
+
+
 @pytest.mark.parametrize("method", ["sft", "dpo"])
 def test_a_killed_training_resumes_from_its_last_checkpoint_on_the_same_rows(seed_model, tmp_path, method):
     out = tmp_path / method / "it1"

@@ -33,6 +33,7 @@ from transformers.trainer_callback import PrinterCallback, TrainerCallback
 from transformers.trainer_utils import get_last_checkpoint
 
 from common import fmt
+from common.failpoints import failpoint
 from training.checkpoints import finalize_checkpoint, is_seed_model, validate_checkpoint
 
 log = logging.getLogger(__name__)
@@ -203,10 +204,19 @@ class LogCallback(TrainerCallback):
             log.info("step %d/%d: %s", state.global_step, state.max_steps, fmt.metrics(logs))
 
 
+class FailPointCallback(TrainerCallback):
+    """The fault drills' place to lose a training (common/failpoints.py): just after a checkpoint
+    is saved, so the training resumed elsewhere has one to resume from. A no-op outside a drill."""
+
+    def on_save(self, args, state, control, **kwargs):
+        failpoint("training_checkpoint", step=state.global_step, output_dir=args.output_dir)
+
+
 def set_callbacks(trainer, cfg: RatchetTrainFields) -> None:
     """Logs instead of prints (unless quiet); TensorBoard into cfg.tracking_dir when asked.
     With disable_tqdm=False the trainer keeps TRL's own bar, which also shows the numbers."""
     trainer.remove_callback(PrinterCallback)  # present only with disable_tqdm: it print()s each log dict
+    trainer.add_callback(FailPointCallback())
     if cfg.disable_tqdm and not cfg.quiet:
         trainer.add_callback(LogCallback())
     for callback in trainer.callback_handler.callbacks:

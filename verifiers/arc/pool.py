@@ -25,6 +25,7 @@ from typing import Any
 import ray
 
 from common.actor_pool import ActorPool, Shell, Slot
+from common.failpoints import failpoint
 from common.placement import actor_options, check_placement, node_id
 from verifiers.arc.executor import ArcExecutor
 from verifiers.arc.grids import ArcTask, decode_rows
@@ -49,6 +50,7 @@ class ArcVerifierActorImpl:
     def execute_many(self, task_id: str, task_json: dict[str, Any],
                      programs: list[str]) -> list[dict[str, Any]]:
         task = ArcTask.from_json(task_json, task_id)
+        failpoint("verifier_batch", task=task_id, programs=len(programs))  # a fault drill loses this actor with a chunk taken
         return [r.to_dict() for r in self.executor.execute_many(task, programs)]
 
     def stats(self) -> dict[str, Any]:
