@@ -195,8 +195,10 @@ $(MUTATE)/bin/cosmic-ray:
 
 # A Ray cluster of three nodes on this machine (ray.cluster_utils: a head, two workers; loopback
 # only), Redis over TCP with a password from a URL file, the README's `ray job submit` lines for
-# soar, scaling and tpo, a worker node lost mid-search and mid-training, the final state compared
-# with an uninterrupted run, the password looked for in Ray's GCS and job records (docs/cluster.md).
+# soar, scaling and tpo, a worker node lost mid-search and mid-training (at fail points: every
+# planned fault lands or the demo fails), Redis killed and restarted, then the head node lost and the
+# job resubmitted to a new one; each final state compared with an uninterrupted run, the password
+# looked for in Ray's GCS and job records (docs/cluster.md). --no-head-loss: without the head runs.
 cluster-demo: setup
 	$(PY) scripts/cluster_demo.py
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import tempfile
 import time
 from pathlib import Path
@@ -53,6 +54,7 @@ from store import Store
 # has done that share: while it works, on any machine; the others wait at their fail points
 SHARES = {"sampler_batch": 0.3, "redis": 0.6}
 HEAD_SHARE = 0.5
+MAX_RERUNS = 2  # reruns of a faulted run whose driver a fault stopped (a user's rerun)
 POLL_S = 0.2
 # the faults of each `<workload>-lost` run: a worker node lost at a fail point (common/failpoints.py)
 # where a sampler finished a batch or the training saved its first checkpoint; redis-server killed
@@ -131,8 +133,21 @@ def run_lost(cluster: LocalCluster, workload: str, total: int) -> dict[str, Any]
                 pending.remove(point)
         time.sleep(POLL_S)  # polling what the job writes: a count, a fail point's hit
     losses += [{"point": p, "when": when[p], "made": False, "why": "the job ended before it"} for p in pending]
-    status = cluster.wait(job)
-    return {"job": job, "status": status, "losses": losses, "logs": cluster.logs(job)}
+    status, logs, reruns = cluster.wait(job), [], []
+    while status == "FAILED" and len(reruns) < MAX_RERUNS:
+        # a driver stopped by a fault (WriteUnconfirmed at a write Redis's restart cut off): rerun
+        # the same line, as the error tells a user to, once the lost driver's lease is free
+        logs.append(cluster.logs(job))
+        reruns.append({"failed": job, "why": last_error(logs[-1]), "lease_wait_s": round(lease_free(cluster, experiment), 1)})
+        job = cluster.submit(entrypoint(cluster, workload, experiment), f"{experiment}-rerun{len(reruns)}-{int(time.time())}")
+        status = cluster.wait(job)
+    return {"job": job, "status": status, "losses": losses, "reruns": reruns, "logs": "".join(logs) + cluster.logs(job)}
+
+
+def last_error(logs: str) -> str | None:
+    """The exception a failed driver ended on (a traceback's last line, `module.Error: why`)."""
+    said = [line for line in logs.splitlines() if re.match(r"[\w.]+(Error|Exception|Unconfirmed|Lost|Stopped): ", line)]
+    return said[-1].strip()[:300] if said else None
 
 
 def lease_free(cluster: LocalCluster, experiment: str) -> float:

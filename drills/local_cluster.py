@@ -40,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAD_RESOURCES = {"head": 1}
 WORKER_CPUS = 4  # logical: a worker left alone must hold every actor and the training task
 OBJECT_STORE = 200 * 1024 * 1024
+NO_AGENT = "No available agent to submit job"  # the job server's answer before its agent registered
+AGENT_WAIT_S = 120  # how long a submission waits for a (new) head's agent
 
 
 def _state(pid: int) -> str:
@@ -186,8 +188,14 @@ class LocalCluster:
     def submit(self, entrypoint: list[str], submission_id: str, env_vars: dict[str, str] | None = None) -> str:
         """`ray job submit` as the recipe writes it; `env_vars` join the runtime env for this job only."""
         runtime_env = self.runtime_env_with(env_vars, submission_id) if env_vars else None
-        r = subprocess.run(self.submit_argv(entrypoint, submission_id, runtime_env), cwd=ROOT, capture_output=True,
-                           text=True, timeout=300)
+        deadline = time.monotonic() + AGENT_WAIT_S
+        while True:
+            r = subprocess.run(self.submit_argv(entrypoint, submission_id, runtime_env), cwd=ROOT, capture_output=True,
+                               text=True, timeout=300)
+            # a new head's job server answers before its agent has registered: Ray says to try again
+            if r.returncode == 0 or NO_AGENT not in r.stderr or time.monotonic() > deadline:
+                break
+            time.sleep(1)  # the job server reports no agent yet; it has no call to wait on one
         if r.returncode != 0:
             raise RuntimeError(f"ray job submit failed ({r.returncode}): {r.stderr[-2000:]}")
         return submission_id

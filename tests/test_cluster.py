@@ -312,6 +312,20 @@ def test_the_cluster_demo_passes_only_when_every_planned_fault_was_made_and_the_
         "tpo-head: the planned fault at head was not made")
 
 
+def test_a_rerun_says_which_error_stopped_the_driver_not_rays_chatter_after_it():
+    """Redis killed mid-write stops a driver with WriteUnconfirmed, and the demo reruns it; the
+    report names that error, not the raylet's state dump (which says 'ReportJobError') after it."""
+    from drills.cluster_demo import last_error
+
+    logs = "\n".join([
+        "Traceback (most recent call last):",
+        '  File "store/lease.py", line 80, in watch_failed',
+        "store.lease.WriteUnconfirmed: the connection to Redis broke at EXEC (...); Rerun the job",
+        "    [state-dump] \tray::rpc::ObservabilityPubSubService.grpc_client.ReportJobError - 1 total",
+        "(raylet) Task _with_weights failed. Error: Task failed because the node it was running on is dead"])
+    assert last_error(logs) == "store.lease.WriteUnconfirmed: the connection to Redis broke at EXEC (...); Rerun the job"
+    assert last_error("job succeeded\n") is None
+
 def test_the_clusters_redis_listens_on_tcp_with_a_password_and_its_url_file_is_private(tmp_path):
     import redis
 
