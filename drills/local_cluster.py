@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from common.ports import free_port
-from common.procs import lineage, pids_naming
+from common.procs import lineage, pids, pids_naming
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD_RESOURCES = {"head": 1}
@@ -151,9 +151,16 @@ class LocalCluster:
         worker nodes with it (without a GCS they stop serving; a worker's raylet would exit
         after a minute of reconnecting). Redis and the storage dir stay: the durable state."""
         workers = len(self.ray.worker_nodes)
-        for pid in pids_naming(str(self.ray_tmp)):
+        # every Ray process and all they started: Ray names its temp dir to each process it starts,
+        # but some retitle themselves (`ray::DashboardAgent`, actors); those are found as descendants
+        roots = set(pids_naming(str(self.ray_tmp)))
+        doomed = [p for p in pids() if any(q in roots for q in lineage(p))]
+        for pid in doomed:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        for pid in doomed:  # all gone at once, as with a machine: their ports are free for the new head
+            while _state(pid) not in ("", "Z"):
+                time.sleep(0.01)
         self._start_ray(workers)  # a new head, and its workers joining it
 
     def kill_redis(self) -> float:
