@@ -113,6 +113,8 @@ TARGETS = {
     "task_sources": Target("evolution/tasks.py", "tests/test_soar_tasks.py -k 'not documented'",
                            only=("load_split", "load_file", "with_solutions", "_from_source", "is_scored")),
     "coalescer": Target("search/sampler_worker.py", "tests/test_coalescer.py", only=("BATCH_WAIT_S", "_Request", "Coalescer")),
+    # the fault drills' fail points (issue #48); common/actor_pool.py is not here: its tests need Ray
+    "failpoints": Target("common/failpoints.py", "tests/test_failpoints.py"),
     # issue #46: the modules never mutated before, each against its own fast tests
     # which path a switch takes; the pool's switch itself runs on Ray in the same file's slow half
     "weight_sync": Target("search/weight_sync.py", "tests/test_weight_sync.py -k 'not pool and not serves "

@@ -52,7 +52,7 @@ from evolution.report import write_outputs
 from evolution.tasks import load_split, select
 from search.pool import Switch
 from store import Store
-from store.models import ModelVersion
+from store.models import ModelVersion, relocated
 from training import adapters, embedded, pretrained
 from training.checkpoints import clean_scratch, is_chat_model, publish
 from training.seed import build_seed_model
@@ -140,7 +140,13 @@ def base_model(cfg: SoarConfig, store: Store, task_ids: list[str]) -> ModelVersi
             seed = build_seed_model(seed_cfg)
             log.info("seed model %s: %s", "reused" if seed.cached else "built", seed.path)
             publish(store, cfg.experiment, seed.path, parent=None, metrics=seed.info["train"], note="seed")
-    return registry.list()[0]  # iteration 0 always searches with the base
+        return registry.list()[0]  # iteration 0 always searches with the base
+    base = registry.list()[0]
+    if cfg.model.checkpoint and base.note == "base":
+        # a rerun submitted to a new Ray head unpacks a checkpoint from its working dir elsewhere:
+        # the same files under the new path are the same base (else its load names what changed)
+        return relocated(base, model_checkpoint(cfg.model.checkpoint, task_ids)) or base
+    return base
 
 
 def with_prompt_format(cfg: SoarConfig, checkpoint: str) -> SoarConfig:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,20 @@ def verify_files(path: str | os.PathLike[str], files: dict[str, str], what: str 
             "or changed the checkpoint after it was published (another run writing to the same path?). "
             "Refusing to load it: publish it as a new version, or restore the original files."
         )
+
+
+def relocated(version: ModelVersion, checkpoint: str) -> ModelVersion | None:
+    """`version` read from `checkpoint` instead, when that directory holds the very files the
+    version was published with; None when it does not (or nothing was hashed at publish).
+    A seed inside a job's working dir moves with each Ray session: submitted again to a new
+    head (the old one lost), the same files are unpacked under another path."""
+    if version.checkpoint == checkpoint:
+        return version
+    if not version.files or not Path(checkpoint).is_dir():
+        return None
+    actual = file_hashes(checkpoint)
+    same = all(actual.get(f) == h for f, h in version.files.items())
+    return replace(version, checkpoint=str(Path(checkpoint).resolve())) if same else None
 
 
 class ModelRegistry:

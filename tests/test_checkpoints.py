@@ -109,3 +109,28 @@ def test_an_unpublished_leftover_is_discarded_but_a_published_checkpoint_never(s
     with pytest.raises(CheckpointError, match="published as v0"):
         checkpoints.discard_unpublished(tmp_path / "it2", store.models(experiment_name).list())
     assert Path(kept.checkpoint).exists()
+
+
+def test_a_rerun_finds_its_base_unpacked_under_another_path_by_its_files(store, experiment_name, tmp_path):
+    """A SOAR job submitted again to a new Ray head unpacks its working dir (and a base model in it)
+    under another session's path: the same files there are the same base, read from where they are
+    now; the stored path is gone."""
+    import shutil
+
+    from common.config import load_config
+    from evolution.loop import base_model
+
+    root = Path(__file__).resolve().parents[1]
+    first, again = tmp_path / "session_1" / "base", tmp_path / "session_2" / "base"
+    shutil.copytree(root / "models" / "soar-demo-seed", first)
+
+    def cfg(path: Path) -> SoarConfig:
+        return load_config(None, SoarConfig, [f"experiment={experiment_name}", f"model.checkpoint={path}"])
+
+    v0 = base_model(cfg(first), store, [])
+    assert v0.note == "base" and v0.checkpoint == str(first)
+    shutil.copytree(first, again)
+    shutil.rmtree(first)
+    found = base_model(cfg(again), store, [])
+    assert (found.version, found.checkpoint, found.files) == (v0.version, str(again), v0.files)
+    assert len(store.models(experiment_name).list()) == 1

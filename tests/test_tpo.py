@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from pathlib import Path
 
 import pytest
 
@@ -360,6 +361,34 @@ def test_restart_with_another_seed_is_refused(store, experiment_name):
     with pytest.raises(ValueError, match="use a new experiment name"):
         other.seed_version()
 
+
+def test_a_rerun_finds_its_seed_unpacked_elsewhere_by_its_files(store, experiment_name, tmp_path):
+    """A job submitted again to a new Ray head (the old one lost) unpacks its working dir, and the
+    seed in it, under another session's path: the rerun refused ('was started with seed ...') and
+    the experiment could not resume. The same files under a new path are the same seed."""
+    import shutil
+
+    cfg = tiny_cfg(experiment_name)
+
+    def loop_on(seed: Path) -> TpoLoop:
+        return TpoLoop(cfg, state=TpoState(store.client, cfg.experiment), models=store.models(cfg.experiment),
+                       sampler=StubSampler(), judge=RecordingJudge(), train=None, seed_checkpoint=str(seed))
+
+    first = tmp_path / "session_1" / "models" / "seed"
+    first.mkdir(parents=True)
+    (first / "config.json").write_text('{"model_type": "llama"}')
+    (first / "model.safetensors").write_bytes(b"weights")
+    v0 = loop_on(first).seed_version()
+    assert v0.files and v0.checkpoint == str(first)
+    again = tmp_path / "session_2" / "models" / "seed"
+    shutil.copytree(first, again)
+    shutil.rmtree(first)  # the lost session's files are gone
+    found = loop_on(again).seed_version()
+    assert (found.version, found.checkpoint, found.files) == (v0.version, str(again), v0.files)
+    assert [m.version for m in store.models(cfg.experiment).list()] == [v0.version]  # nothing published again
+    (again / "model.safetensors").write_bytes(b"other weights")  # another model at the new path
+    with pytest.raises(ValueError, match="use a new experiment name"):
+        loop_on(again).seed_version()
 
 def test_a_round_without_rows_fails_loudly_and_publishes_nothing(store, experiment_name):
     """With pairs.divergence_words, pairs whose windows come out equal are dropped; when none is

@@ -21,6 +21,7 @@ import importlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from common import fmt
@@ -29,6 +30,7 @@ from common.progress import progress
 from common.sampling import Completion, Prompt, SamplingParams
 from common.tracking import Tracker
 from search.pool import Switch
+from store.models import file_hashes, relocated
 from thinking.config import TpoConfig
 from thinking.pairs import Group, Sample, build_pairs, choose_rho, no_rows_reason, trl_rows
 from thinking.prompts import DirectPrompt, ThoughtPrompt
@@ -101,11 +103,15 @@ class TpoLoop:
     # -- versions -------------------------------------------------------------------------
     def seed_version(self) -> Any:
         found = next((m for m in self.models.list() if m.note == "seed"), None)
-        if found is not None and found.checkpoint != self.seed_checkpoint:
+        if found is None:  # hashed, so a rerun finds the same seed wherever its files are unpacked now
+            files = file_hashes(self.seed_checkpoint) if Path(self.seed_checkpoint).is_dir() else {}
+            return self.models.publish(self.seed_checkpoint, note="seed", files=files)
+        same = relocated(found, self.seed_checkpoint)
+        if same is None:
             raise ValueError(f"experiment {self.cfg.experiment!r} was started with seed {found.checkpoint}, not "
                              f"model.checkpoint={self.seed_checkpoint}: its stored samples belong to that seed; "
                              "use a new experiment name")
-        return found or self.models.publish(self.seed_checkpoint, note="seed")
+        return same
 
     def version_at(self, arm: str, iteration: int) -> Any:
         if iteration == 0:
