@@ -252,6 +252,14 @@ def verdict(report: dict[str, Any], workloads: list[str]) -> list[str]:
     return failures
 
 
+def made_line(entry: dict[str, Any]) -> str:
+    """One workload's faults in a line: how many of the planned were made, which, and the outcome."""
+    made = [k for k in entry["kills"] if k["made"]]
+    return (f"{len(made)} of {len(entry['kills'])} planned kills made "
+            f"({', '.join(k['point'] + ' at ' + str(k['at_progress']) for k in made) or 'none'}); final state "
+            f"{'equal to' if all(entry['checks'].values()) else 'DIFFERENT from'} the uninterrupted run's")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workloads", nargs="+", default=list(JOBS), choices=sorted(JOBS))
@@ -283,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         cluster.close()
     (out / "chaos.json").write_text(json.dumps(report, indent=1, default=str))
     failures = verdict(report, args.workloads)
+    for w in args.workloads:
+        print(f"chaos: {w}: {made_line(report[w])}", flush=True)
     for failure in failures:
         print(f"chaos: {failure}", flush=True)
     print(f"chaos: {'PASS' if not failures else 'FAIL'} -> {out / 'chaos.json'}", flush=True)

@@ -72,7 +72,8 @@ def test_the_sandbox_point_finds_the_workers_though_the_reference_verified_the_s
 
 
 def _report(made: dict[str, bool], equal: bool = True) -> dict:
-    return {"kills": [{"point": p, "made": m, **({} if m else {"why": "the run had finished"})} for p, m in made.items()],
+    return {"kills": [{"point": p, "made": m, "at_progress": i + 1, **({} if m else {"why": "the run had finished"})}
+                      for i, (p, m) in enumerate(made.items())],
             "checks": {"counts": equal, "statuses": True}}
 
 
@@ -88,3 +89,5 @@ def test_a_chaos_run_passes_only_when_every_planned_kill_was_made_and_the_state_
     assert chaos.verdict({"scaling": _report(untried)}, ["scaling"]) == ["scaling: no kill of the redis was tried"]
     assert chaos.verdict({"scaling": _report(every, equal=False)}, ["scaling"]) == [
         "scaling: counts differs from the uninterrupted run's"]
+    assert chaos.made_line(_report(missed, equal=False)) == (
+        "2 of 3 planned kills made (driver at 1, redis at 3); final state DIFFERENT from the uninterrupted run's")
