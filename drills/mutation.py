@@ -93,7 +93,7 @@ TARGETS = {
     "keys": Target("store/keys.py", "tests/test_store.py tests/test_lease.py"),
     "lease": Target("store/lease.py", "tests/test_lease.py"),
     "prefix_cache": Target("search/engines/prefix_cache.py",
-                           "tests/test_prefix_cache.py -k 'blocks or longest or lru or budget'"),
+                           "tests/test_prefix_cache.py -k 'blocks or longest or lru or budget or cannot_fit'"),
     "baselines": Target("evolution/baselines.py", "tests/test_baselines.py -k 'reproducible or chat'"),
     "boundary": Target("training/boundary.py", "tests/test_boundary.py -k 'not sft'"),
     "arc_adapter": Target("evolution/arc_adapter.py",

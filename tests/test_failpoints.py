@@ -85,3 +85,12 @@ def test_a_job_that_ends_without_reaching_the_point_is_no_hit(tmp_path):
     assert proc.returncode == 0 and points.disarm("sampler_batch") and not points.disarm("sampler_batch")
     with pytest.raises(ValueError, match="letters, digits"):
         points.arm("../escape")
+
+
+def test_a_drill_opens_its_points_in_a_nested_folder_again_and_again(tmp_path):
+    """The cluster demo keeps one folder per run under its own (`failpoints/<experiment>`), and a
+    drill that opens a run's points twice finds what it armed."""
+    folder = tmp_path / "failpoints" / "tpo-lost"
+    FailPoints(folder).arm("training_checkpoint")
+    again = FailPoints(folder)
+    assert again.armed("training_checkpoint") and again.env == {ENV_DIR: str(folder)}
