@@ -288,6 +288,22 @@ def test_a_takeover_names_the_superseded_drivers_token(store: Store, experiment_
         old.archive(experiment_name).add_many([_rec(0)])
 
 
+def test_a_fenced_pipeline_after_a_takeover_names_this_drivers_token_and_writes_nothing(store: Store,
+                                                                                       experiment_name: str):
+    """fenced_pipeline's own refusal (the TPO state and other stores write through it, not the
+    archive's): it names the superseded driver's token, the one a user finds in its logs."""
+    from store.lease import fenced_pipeline
+
+    old = Store(store.client)
+    lease = old.leases(experiment_name).acquire(ttl_s=60)
+    old.fence(lease)
+    fence = old.fence_for(experiment_name)
+    store.client.incr(fence[0])  # another driver took over: the counter is now token + 1
+    with pytest.raises(LeaseLost, match=rf"\(fencing token {lease.token}\) was taken over"):
+        with fenced_pipeline(store.client, experiment_name, fence) as pipe:
+            pipe.set(f"{experiment_name}:a", 1)
+    assert store.client.get(f"{experiment_name}:a") is None
+
 def test_an_unfenced_pipeline_is_still_one_transaction(store: Store, experiment_name: str):
     from store.lease import fenced_pipeline
 
