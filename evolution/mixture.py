@@ -54,7 +54,7 @@ def pooled_shares(mixes: Mapping[tuple[str, int], ModelMix]) -> dict[str, dict[s
         if not programs:
             continue  # every search of this split resumed: its shares were in the run that drew them
         out[split] = {n: {"programs": a.programs, "right": a.reward, "seconds": round(a.seconds, 2),
-                          "budget_share": round(a.programs / programs, 4) if programs else 0.0,
+                          "budget_share": round(a.programs / programs, 4),
                           "right_share": round(a.reward / right, 4) if right else 0.0}
                       for n, a in arms.items()}
     return out

@@ -294,3 +294,7 @@ def test_pooled_shares_round_to_four_digits_and_leave_out_splits_that_drew_nothi
     assert shares["demo"]["a"] == {"programs": 1, "right": 1.0, "seconds": 0.12, "budget_share": 0.3333,
                                    "right_share": 0.3333}
     assert shares["demo"]["b"]["budget_share"] == 0.6667 and mixture.pooled_shares({}) == {}
+    # a split that drew nothing before one that did (in sorted order) leaves the later one in
+    later = mixture.pooled_shares({("demo", 0): _mix(a=(0, 0.0, 0.0), b=(0, 0.0, 0.0)),
+                                   ("heldout", 0): _mix(a=(3, 0.0, 0.5), b=(1, 1.0, 0.5))})
+    assert set(later) == {"heldout"} and later["heldout"]["a"]["budget_share"] == 0.75
