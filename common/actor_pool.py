@@ -26,6 +26,7 @@ makes (Ray's `fn(actor, value)`); which slot takes it is the `Router`'s choice.
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -118,7 +119,7 @@ class Router:
         slot.warm = False
 
 
-class ActorPool:
+class ActorPool(ABC):
     """Actors in slots, each call retried on a live actor after its actor failed.
 
     A subclass makes one actor (`_spawn`) and says what a call is; `kind` names its actors in
@@ -134,9 +135,9 @@ class ActorPool:
         for _ in range(size):
             self.router.add(self._spawn())
 
+    @abstractmethod
     def _spawn(self) -> Any:
         """One fresh actor handle (max_restarts=0: the pool replaces it, see the module docstring)."""
-        raise NotImplementedError
 
     @property
     def slots(self) -> list[Slot]:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from common.failpoints import FailPoints
-from common.procs import cmdline, lineage, pids, pids_naming, ppid
+from common.procs import cmdline, descendants, pids_naming, ppid
 from drills.chaos_jobs import JOBS, POINTS, compare, differences, progress, snapshot, summary
 from store import Store, keys
 from store.server import ensure_local_server, stop_local_server
@@ -57,10 +57,6 @@ LEASE_TTL_S = 10  # short, so a killed driver's lease frees soon; a restart wait
 FAIL_POINTS = {"sampler": "sampler_batch", "verifier": "verifier_batch"}
 
 
-def _descends(pid: int, roots: set[int]) -> bool:
-    return any(p in roots for p in lineage(pid))
-
-
 def ray_roots(ray_tmp: str) -> set[int]:
     """The Ray processes started under `ray_tmp` (Ray passes its session dir to each)."""
     return set(pids_naming(ray_tmp))
@@ -73,7 +69,7 @@ def candidates(ray_tmp: str, point: str) -> list[int]:
     if point != "sandbox":
         raise ValueError(f"only the sandbox is found by its command line; {point!r} stops at a fail point")
     roots = ray_roots(ray_tmp)
-    return [p for p in pids() if b"zygote.py" in cmdline(p) and _descends(p, roots)]
+    return [p for p in descendants(roots) if b"zygote.py" in cmdline(p)]
 
 
 def find_process(ray_tmp: str, point: str) -> int | None:
@@ -85,7 +81,7 @@ def find_process(ray_tmp: str, point: str) -> int | None:
 def census(ray_tmp: str) -> str:
     """What a lookup that found nothing did see: the Ray processes and sandbox processes."""
     roots = ray_roots(ray_tmp)
-    mine = [p for p in pids() if _descends(p, roots)]
+    mine = descendants(roots)
     return f"{len(mine)} Ray process(es), {sum(b'zygote.py' in cmdline(p) for p in mine)} sandbox process(es)"
 
 
@@ -142,7 +138,7 @@ class Cluster:
         """Kill what is left of a driver's local Ray after it ended (never `ray stop`: it
         kills every Ray of the user on the machine)."""
         roots = self.ray_roots()
-        for pid in [p for p in pids() if _descends(p, roots)]:
+        for pid in descendants(roots):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 

@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from common.ports import free_port
-from common.procs import lineage, pids, pids_naming
+from common.procs import descendants, lineage, pids_naming
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD_RESOURCES = {"head": 1}
@@ -154,7 +154,7 @@ class LocalCluster:
         # every Ray process and all they started: Ray names its temp dir to each process it starts,
         # but some retitle themselves (`ray::DashboardAgent`, actors); those are found as descendants
         roots = set(pids_naming(str(self.ray_tmp)))
-        doomed = [p for p in pids() if any(q in roots for q in lineage(p))]
+        doomed = descendants(roots)
         for pid in doomed:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

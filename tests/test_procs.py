@@ -6,7 +6,16 @@ import os
 import subprocess
 import sys
 
-from common.procs import cmdline, lineage, memory_holds, pids, pids_naming, pids_titled, ppid
+from common.procs import (
+    cmdline,
+    descendants,
+    lineage,
+    memory_holds,
+    pids,
+    pids_naming,
+    pids_titled,
+    ppid,
+)
 
 
 def test_a_child_is_seen_while_it_lives_and_not_after():
@@ -22,6 +31,8 @@ def test_a_child_is_seen_while_it_lives_and_not_after():
         assert memory_holds(child.pid, f"held-{secret}".encode(), writable=True)  # a string it built: its heap
         assert child.pid in pids_naming(secret) and pids_naming(f"never-{os.urandom(8).hex()}") == []
         assert child.pid in pids_titled(sys.executable) and child.pid not in pids_titled("-c")
+        assert child.pid in descendants({os.getpid()}) and descendants({child.pid}) == [child.pid]
+        assert os.getpid() not in descendants({child.pid})  # a parent is no descendant
         up = list(lineage(child.pid))
         assert up[:2] == [child.pid, os.getpid()] and 1 not in up and list(lineage(child.pid, depth=1)) == [child.pid]
     finally:

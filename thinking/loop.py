@@ -95,6 +95,7 @@ class TpoLoop:
         self.weights: dict[str, Any] = {}  # version -> its trained weights' ObjectRef, until the first switch to it
         self.switches: dict[str, Switch] = {}  # version -> the first switch to it (its path and seconds)
         self.seed_checkpoint = seed_checkpoint or cfg.model.checkpoint
+        self._seed: Any = None  # seed_version(), once found
         self.comparative = getattr(judge, "comparative", False)  # scores mean something only within a group
 
     def bar(self, total: int, desc: str, initial: int = 0, unit: str = "ins"):
@@ -102,6 +103,13 @@ class TpoLoop:
 
     # -- versions -------------------------------------------------------------------------
     def seed_version(self) -> Any:
+        """The experiment's seed version (published on a fresh experiment), looked up once per run:
+        found under a new path, its files were hashed to tell."""
+        if self._seed is None:
+            self._seed = self._find_seed()
+        return self._seed
+
+    def _find_seed(self) -> Any:
         found = next((m for m in self.models.list() if m.note == "seed"), None)
         if found is None:  # hashed, so a rerun finds the same seed wherever its files are unpacked now
             files = file_hashes(self.seed_checkpoint) if Path(self.seed_checkpoint).is_dir() else {}
