@@ -181,6 +181,10 @@ def iteration_line(entry: dict[str, Any], previous: dict[str, Any] | None, heldo
         if entry.get("heldout_solved_seeds"):  # absent without held-out tasks: nothing to average
             held = entry["heldout_solved_seeds"]
             line += f", held-out solved {fmt.num(sum(held) / len(held))}/{heldout}"
+    if entry.get("extra"):  # searched for hindsight data only: whether they gave any right program
+        extra = entry["extra"]
+        line += (f"; extra tasks: oracle {fmt.num(extra['oracle'])}/{extra['tasks']} "
+                 f"in {fmt.num(extra['programs'])} programs")
     return line
 
 

@@ -73,6 +73,17 @@ def test_a_soar_iteration_is_one_line_with_what_changed():
         "mean of 5 seeds: demo solved 7.6, held-out solved 8.6/16")
 
 
+def test_a_soar_iteration_line_says_what_its_extra_tasks_gave():
+    """Tasks searched for hindsight data only are never scored; the line still says whether any
+    program was right on them (none: right-programs-only hindsight learns nothing from them)."""
+    from evolution.loop import iteration_line
+
+    entry = {"iteration": 0, "model_version": "v0", "solved": 4.0, "tasks": 19, "hit_rate": 0.0164,
+             "programs": 1216, "wall_s": 588.0, "extra": {"tasks": 32, "oracle": 1.5, "programs": 2048}}
+    assert iteration_line(entry, None, 16) == ("iteration 0 (v0): solved 4/19, hit rate 0.0164, 1,216 programs "
+                                               "in 588 s; extra tasks: oracle 1.5/32 in 2,048 programs")
+
+
 def test_the_deprecation_trl_triggers_is_ignored_in_ratchets_training_calls_only():
     import warnings
 
