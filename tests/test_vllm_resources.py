@@ -71,6 +71,19 @@ def test_top_p_candidates_reach_the_cpu_engine_process_only(vllm, tmp_path, monk
             VLLMEngine(ckpt, top_p_candidates=bad)
 
 
+def test_vllms_caches_go_under_ratchet_home_unless_the_user_names_a_place(vllm, tmp_path, monkeypatch):
+    """torch.compile's artefacts land in $VLLM_CACHE_ROOT: under $RATCHET_HOME a compiled engine's
+    later starts on this machine reuse its first compile; a user's own setting wins."""
+    monkeypatch.setenv("RATCHET_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("VLLM_CACHE_ROOT", raising=False)
+    assert VLLMEngine(checkpoint(tmp_path, "g")).llm.cache_root_env == str(tmp_path / "home" / "vllm")  # GPU
+    vllm.reset_device("cpu")
+    assert VLLMEngine(checkpoint(tmp_path, "a")).llm.cache_root_env == str(tmp_path / "home" / "vllm")
+    assert "VLLM_CACHE_ROOT" not in os.environ  # only while it starts
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "mine"))
+    assert VLLMEngine(checkpoint(tmp_path, "b")).llm.cache_root_env == str(tmp_path / "mine")
+
+
 def test_gpu_engine_ignores_cpu_reserved_cores(vllm, tmp_path, monkeypatch):
     monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
     assert VLLMEngine(checkpoint(tmp_path, "a"), cpu_reserved_cores=0).llm.start_env == {"VLLM_CPU_NUM_OF_RESERVED_CPU": None}

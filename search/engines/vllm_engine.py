@@ -30,6 +30,8 @@ engines do not, each for a reason vLLM's own code gives:
   x86 vLLM keeps one core per worker for its scheduler process and binds its OpenMP threads to the
   rest, so on a 2-core machine the model computes on one core. 0 lets every core compute
   (docs/vllm-cpu.md has the figures); None leaves vLLM's rule;
+- vLLM's caches, torch.compile's among them, go under $RATCHET_HOME/vllm unless $VLLM_CACHE_ROOT
+  is set: a compiled engine (`enforce_eager: false`) pays its compile once per machine;
 - regexes are checked in the dialect of vLLM's structured-output backends (regex_dialect.py);
 - automatic prefix caching is switched on explicitly (`enable_prefix_caching=True`, vLLM's
   EngineArgs flag; V1's default, but not every version's or platform's): a SOAR task's
@@ -79,6 +81,7 @@ from search.engines.vllm_setup import (
     scoped_env,
 )
 from search.engines.vllm_worker import EXTENSION, METHOD
+from store.server import ratchet_home
 
 __all__ = ["VLLMEngine", "_import_vllm", "actor_gpu_share", "platform", "request_seed"]
 
@@ -191,10 +194,16 @@ class VLLMEngine:
         return args | self.llm_kwargs
 
     def engine_env(self) -> dict[str, str]:
-        """Environment variables vLLM's engine process reads at start-up, on this platform."""
+        """Environment variables vLLM's engine process reads at start-up, on this platform.
+
+        vLLM's caches (torch.compile's artefacts among them) go under $RATCHET_HOME/vllm unless
+        $VLLM_CACHE_ROOT says otherwise: with ratchet's other machine-local state, so that a
+        compiled engine's later starts on this machine reuse its first start's compile."""
+        env = {} if "VLLM_CACHE_ROOT" in os.environ else {"VLLM_CACHE_ROOT": str(ratchet_home() / "vllm")}
         if platform()[0] != "cpu":
-            return {}
-        env = {} if self.cpu_reserved_cores is None else {"VLLM_CPU_NUM_OF_RESERVED_CPU": str(self.cpu_reserved_cores)}
+            return env
+        if self.cpu_reserved_cores is not None:
+            env["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(self.cpu_reserved_cores)
         if self.top_p_candidates is not None:
             env[TOP_P_ENV] = str(self.top_p_candidates)
         return env

@@ -90,6 +90,7 @@ class LLM:
         # what vLLM's engine process reads from the environment at start-up (OMPProcessManager)
         self.start_env = {k: os.environ.get(k) for k in ("VLLM_CPU_NUM_OF_RESERVED_CPU",)}
         self.top_p_env = os.environ.get("RATCHET_VLLM_TOP_P_CANDIDATES")  # read by ratchet's worker module there
+        self.cache_root_env = os.environ.get("VLLM_CACHE_ROOT")  # where vLLM keeps its compile cache
         if enable_sleep_mode and not current_platform.is_sleep_mode_available():
             raise ValueError("Sleep mode is not supported on current platform.")  # vllm/config/model.py
         if not 0 < gpu_memory_utilization <= 1:
