@@ -50,11 +50,11 @@ def lineage(pid: int, depth: int = 64) -> Iterator[int]:
             return
 
 
-
 def descendants(roots: set[int]) -> list[int]:
     """Live processes that are one of `roots` or descend from one (a Ray's processes and all they
     started, however they retitled themselves)."""
     return [p for p in pids() if any(q in roots for q in lineage(p))]
+
 
 def memory_holds(pid: int, needle: bytes, writable: bool = False) -> bool:
     """Whether the process's readable memory (its vdso and vvar pages left out) holds `needle`;

@@ -74,6 +74,7 @@ from search.engines.vllm_setup import (
     _fingerprint,
     _import_vllm,
     actor_gpu_share,
+    cache_env,
     extra_eos_ids,
     native_cpu_dtype,
     platform,
@@ -81,7 +82,6 @@ from search.engines.vllm_setup import (
     scoped_env,
 )
 from search.engines.vllm_worker import EXTENSION, METHOD
-from store.server import ratchet_home
 
 __all__ = ["VLLMEngine", "_import_vllm", "actor_gpu_share", "platform", "request_seed"]
 
@@ -194,12 +194,8 @@ class VLLMEngine:
         return args | self.llm_kwargs
 
     def engine_env(self) -> dict[str, str]:
-        """Environment variables vLLM's engine process reads at start-up, on this platform.
-
-        vLLM's caches (torch.compile's artefacts among them) go under $RATCHET_HOME/vllm unless
-        $VLLM_CACHE_ROOT says otherwise: with ratchet's other machine-local state, so that a
-        compiled engine's later starts on this machine reuse its first start's compile."""
-        env = {} if "VLLM_CACHE_ROOT" in os.environ else {"VLLM_CACHE_ROOT": str(ratchet_home() / "vllm")}
+        """Environment variables vLLM's engine process reads at start-up, on this platform."""
+        env = cache_env()
         if platform()[0] != "cpu":
             return env
         if self.cpu_reserved_cores is not None:

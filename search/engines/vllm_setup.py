@@ -11,6 +11,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
+from store.server import ratchet_home
+
 NATIVE = "native"  # dtype: the fastest this device computes natively (native_cpu_dtype on a CPU)
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of CPUs with bfloat16 matmul instructions
 GREEDY_BELOW = 1e-5  # vLLM samples greedily below this temperature, and then requires n=1
@@ -116,6 +118,12 @@ def scoped_env(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def cache_env() -> dict[str, str]:
+    """vLLM's caches (torch.compile's artefacts among them) under $RATCHET_HOME/vllm, with ratchet's
+    other machine-local state, unless the user's $VLLM_CACHE_ROOT names a place."""
+    return {} if "VLLM_CACHE_ROOT" in os.environ else {"VLLM_CACHE_ROOT": str(ratchet_home() / "vllm")}
 
 
 def native_cpu_dtype(cpuinfo: str | None = None) -> str:
