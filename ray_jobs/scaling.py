@@ -52,8 +52,7 @@ def resolve_verifier(cfg: ScalingConfig) -> str:
         return ""
     if cfg.sampler.engine == "openai":  # a served name
         return cfg.verifier_pool().engine_kwargs.get("model") or cfg.verifier
-    path = embedded.verified(pretrained.resolve_checkpoint(cfg.verifier))
-    return adapters.merged_checkpoint(path) if adapters.is_adapter(path) else path
+    return adapters.checkpoint_of(cfg.verifier)
 
 
 def run_job(cfg: ScalingConfig, ctx: runner.JobContext) -> dict[str, Any]:

@@ -33,10 +33,10 @@ from scaling.config import ScalingConfig
 from scaling.curves import compute_curves
 from scaling.report import CANDIDATES_FILE, report, write_candidates, write_outputs
 from scaling.sampling import ScalingSampler
-from scaling.verdicts import sample_verdicts
 from scaling.verifier_adapter import check_heldout
 from search.pool import PoolConfig, SamplerPool  # Ray is started by the job runner
 from search.scored_pool import ScoredPool
+from search.verdicts import sample_verdicts
 from store import Store
 from store.codehash import content_hash
 from verifiers.math_answers import load_jsonl_dataset

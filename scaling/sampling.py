@@ -11,7 +11,7 @@ a batch cut short is redone, nothing stored twice):
    whose best candidate verifies best, half in each order (representatives cycle through
    each class's best-verified candidates); the offline tie-break replays draws from them.
 
-Verdicts and comparisons are decoded in the plan's `verdict` mode (scaling.verdicts):
+Verdicts and comparisons are decoded in the plan's `verdict` mode (search.verdicts):
 free text parsed, or a verdict constrained to its choices with the choice's probability stored
 beside it ({"codes", "probs"} per question). No two identical requests are sent
 (search.requests): repeats of one prompt go out as one request with n summed, so a
@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from common.sampling import Generate, SamplingParams
-from scaling.verdicts import sample_verdicts
 from search.selection import verdict_score
+from search.verdicts import sample_verdicts
 from store import keys
 from store.lease import fenced_pipeline
 from verifiers.math_answers import extract_answer, grade_answers

@@ -1,4 +1,4 @@
-"""Verdicts decoded under the choice regex (verifiers.verdicts, scaling.verdicts): they always
+"""Verdicts decoded under the choice regex (verifiers.verdicts, search.verdicts): they always
 parse, their probability is the model's own, and the curves can score candidates by it."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from common.sampling import Completion, SamplingParams, render_prompt
 from ray_jobs.scaling import ScalingConfig, run
 from scaling.arith_problems import DATASETS, generated_problems, make_problems
-from scaling.verdicts import sample_verdicts
 from search.scored_pool import ScoredPool, synthetic_pool
 from search.strategies import Draws, StrategyOptions, get_strategy
+from search.verdicts import sample_verdicts
 from verifiers.selfverify import compare_prompt, verify_prompt
 from verifiers.verdicts import (
     choice_probability,

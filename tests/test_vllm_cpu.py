@@ -142,7 +142,7 @@ def test_constrained_verdicts_parse_and_their_probability_is_the_models(engine, 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from common.sampling import render_prompt
-    from scaling.verdicts import sample_verdicts
+    from search.verdicts import sample_verdicts
     from verifiers.selfverify import compare_prompt, verify_prompt
     from verifiers.verdicts import verdict_prompt
 

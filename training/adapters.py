@@ -22,13 +22,20 @@ import uuid
 from pathlib import Path
 
 from store.server import ratchet_home
-from training import pretrained
+from training import embedded, pretrained
 
 log = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 DONE = "ratchet_merged.json"  # provenance, written last: its presence marks a complete merge
+
+
+def checkpoint_of(spec: str) -> str:
+    """A config's model as a checkpoint dir: `pretrained:<name>` fetched and converted once, an
+    embedded model checked against its manifest, an adapter merged into its base once."""
+    path = embedded.verified(pretrained.resolve_checkpoint(spec))
+    return merged_checkpoint(path) if is_adapter(path) else path
 
 
 def is_adapter(path: str | Path) -> bool:

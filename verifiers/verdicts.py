@@ -9,7 +9,7 @@ processor, a vLLM server's `structured_outputs`). A verdict is then 0/1 (1/2) by
 The probability of one choice against the other at the verdict token, read from the completion's
 logprobs, can score a candidate where the paper averages binary samples.
 
-Modes (ScalingConfig.verdict; scaling.verdicts samples them):
+Modes (ScalingConfig.verdict; search.verdicts samples them):
 - "parsed": free text, parsed afterwards (the paper's way; unparsable verdicts are stored so);
 - "constrained": the verdict alone, straight after the prompt (no written check);
 - "reasoned": free text first (the rewrite-and-scan, stopped before its own verdict line), then

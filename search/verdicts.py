@@ -4,8 +4,9 @@
     rows[i]   # ns[i] (code, probability) pairs for prompts[i]: code 1/0 (1/2), or -1 = unparsable;
               # probability of the first choice (None in mode "parsed")
 
-The scaling sampler and the verification benchmark both go through here, so the verdicts the
-curves replay and the benchmark's are decoded the same way.
+The scaling sampler, the verification benchmark and `ratchet serve`'s search
+(search/serve/service_search.py) all go through here, so the verdicts the curves replay, the
+benchmark's and a served search's are decoded the same way.
 """
 
 from __future__ import annotations
