@@ -7,6 +7,8 @@
     RATCHET_API_KEY_FILE=/run/secrets/ratchet ratchet serve model=PATH host=0.0.0.0    # a 0400 file
     ratchet serve model=PATH limits='{max_n: 16, max_body_bytes: 65536}'              # request caps
     ratchet serve --config my-serve.yaml sampler.num_actors=2      # the jobs' CLI: YAML + overrides
+    # search requests' verdicts from a trained verifier beside the model (an adapter merged once)
+    ratchet serve model=pretrained:smollm2-135m-instruct verifier=models/smollm2-verifier-lora
     curl localhost:8000/v1/completions -H 'Content-Type: application/json' \\
         -d '{"prompt": "map 3 1 4 =>", "n": 4, "max_tokens": 8}'
     curl -N localhost:8000/v1/completions -H 'Content-Type: application/json' \\
@@ -33,7 +35,7 @@ from jobs.serving import run
 from search.engines.checks import check_engine
 from search.serve import ServeSettings
 from search.serve.config import ServeConfig, old_flag, settings_from
-from training import pretrained
+from training import adapters, pretrained
 from training.checks import need_checkpoint
 
 PROG = "ratchet serve"
@@ -55,10 +57,15 @@ def parse(argv: list[str] | None = None) -> tuple[ServeSettings, str, int]:
         checkpoint = None
         if cfg.model:
             need_checkpoint("model", cfg.model)
+        if cfg.verifier:  # a checkpoint or an adapter dir
+            need_checkpoint("verifier", cfg.verifier)
         check_engine("sampler", cfg.sampler, job="serve")
         if cfg.model and not args.dry_run:  # pretrained:<name>: fetched and converted once, then its dir
             checkpoint = pretrained.resolve_checkpoint(cfg.model)
-        settings = settings_from(cfg, checkpoint=checkpoint)
+        verifier = None
+        if cfg.verifier and cfg.verifier != cfg.model and not args.dry_run:  # an adapter: merged once
+            verifier = adapters.checkpoint_of(cfg.verifier)
+        settings = settings_from(cfg, checkpoint=checkpoint, verifier=verifier)
     except ConfigError as e:
         config_error(parser, e)
     if args.dry_run:

@@ -55,6 +55,8 @@ class ArithOracle:
         return [[Completion(self.complete(p, i), "stop", 1, 1) for i in range(params.n)] for p in prompts]
 
 
+# The oracles write free-text verdicts: the opt-in path, scored by the share of 1s, Verification@k.
+FREE_TEXT = dict(strategy="verification", verdict="parsed")
 QUESTION = "Ann has 7 pens, gets 5, loses 3. How many?"
 RIGHT, WRONG = " 7+5=12. 12-3=9. Answer: 9", " 7+5=12. 12-3=8. Answer: 8"
 
@@ -62,7 +64,7 @@ RIGHT, WRONG = " 7+5=12. 12-3=9. Answer: 9", " 7+5=12. 12-3=8. Answer: 8"
 def test_search_selects_the_verified_answer_over_the_majority():
     oracle = ArithOracle([WRONG, WRONG, RIGHT, WRONG])
     res = asyncio.run(search_and_select(oracle.generate, f"Q: {QUESTION}\nA:", question=QUESTION,
-                                        options=SearchOptions(k=4, verify=3, style="compact"),
+                                        options=SearchOptions(k=4, verify=3, style="compact", **FREE_TEXT),
                                         params=SamplingParams(max_tokens=32)))
     assert res.answer == "9" and res.method == "unanimous_top"
     assert [c.score for c in res.candidates] == [0.0, 0.0, 1.0, 0.0]
@@ -77,7 +79,7 @@ def test_search_selects_the_verified_answer_over_the_majority():
 def test_search_breaks_a_disagreeing_top_group_with_comparisons():
     oracle = ArithOracle([WRONG, RIGHT, WRONG], verdict_for_all=1)  # the verifier passes everyone
     res = asyncio.run(search_and_select(oracle.generate, f"Q: {QUESTION}\nA:", question=QUESTION,
-                                        options=SearchOptions(k=3, verify=2, k_tie=4, style="compact"),
+                                        options=SearchOptions(k=3, verify=2, k_tie=4, style="compact", **FREE_TEXT),
                                         params=SamplingParams(max_tokens=32)))
     assert res.method == "tie_break" and res.answer == "9"
     # k_tie comparisons per matchup (0-1 and 1-2), half in each order
@@ -103,7 +105,7 @@ def test_search_never_sends_the_same_request_twice():
     oracle = ArithOracle([WRONG, RIGHT, WRONG], verdict_for_all=1)
     rec = Recorder(oracle.generate)
     res = asyncio.run(search_and_select(rec.generate, f"Q: {QUESTION}\nA:", question=QUESTION,
-                                        options=SearchOptions(k=3, verify=2, k_tie=6, style="compact"),
+                                        options=SearchOptions(k=3, verify=2, k_tie=6, style="compact", **FREE_TEXT),
                                         params=SamplingParams(max_tokens=32, seed=7)))
     keys = [(p, seed) for p, seed, _ in rec.requests]
     assert len(keys) == len(set(keys))
@@ -139,7 +141,7 @@ def test_live_search_and_offline_replay_choose_the_same_answer(gold, preliminary
     cands = {" 4+5=9. Answer: 9": 1, " 4+4=8. Answer: 8": 1, " 4+5=9. So 9. Answer: 9": 0,
              " 3+4=7. Answer: 7": 1, " 4+5 is hard.": 1}
     script = Scripted(cands, beats={"7": 3, "9": 2, "8": 1})
-    opts = SearchOptions(k=5, verify=2, k_tie=2, preliminary=preliminary, style="compact")
+    opts = SearchOptions(k=5, verify=2, k_tie=2, preliminary=preliminary, style="compact", **FREE_TEXT)
     live = asyncio.run(search_and_select(script.generate, f"Q: {QUESTION}\nA:", question=QUESTION,
                                          options=opts, params=SamplingParams(max_tokens=32)))
     assert live.method == "tie_break" and live.answer == "7"
@@ -160,7 +162,7 @@ def test_live_search_and_offline_replay_choose_the_same_answer(gold, preliminary
 def test_search_options_reject_unknown_fields():
     with pytest.raises(ValueError, match="unknown search field"):
         SearchOptions.from_request({"k": 4, "verfy": 2})
-    assert SearchOptions.from_request({"k": 4, "verify": 2, "return_candidates": True}).k == 4
+    assert SearchOptions.from_request({"k": 4, "verify": 1, "return_candidates": True}).k == 4
 
 
 def plan(**kw) -> SamplingPlan:

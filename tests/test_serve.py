@@ -149,7 +149,6 @@ CHAT = {"messages": [{"role": "user", "content": "hi"}]}
     ("chat/completions", {"top_logprobs": 2}, "top_logprobs"),  # without logprobs
     ("chat/completions", {"stream": True, "stream_options": {"continuous_usage_stats": True}},
      "stream_options.continuous_usage_stats"),
-    ("chat/completions", {"stream": True, "search": {"k": 2}}, "stream"),
 ])
 def test_fields_that_would_be_ignored_are_refused_naming_the_field(client, route, extra, param):
     body = (CHAT if route.startswith("chat") else {"prompt": "x"}) | extra
@@ -417,7 +416,7 @@ def test_chat_search_extension_answers_with_the_selected_candidate(service):
     """Any OpenAI client gets test-time search: k candidates, self-verification, one answer."""
     body = {"model": "tiny", "messages": [{"role": "user", "content": "map 3 1 4 =>"}], "max_tokens": 6,
             "temperature": 1.0, "seed": 3,
-            "search": {"k": 4, "verify": 2, "k_tie": 2, "verify_max_tokens": 8, "style": "compact",
+            "search": {"k": 4, "strategy": "verification", "k_tie": 2, "style": "compact",
                        "return_candidates": True}}
     r = httpx.post(f"{service}/chat/completions", headers=AUTH, json=body, timeout=120)
     assert r.status_code == 200, r.text
@@ -426,6 +425,8 @@ def test_chat_search_extension_answers_with_the_selected_candidate(service):
     chosen = out["search"]["candidates"][out["search"]["index"]]
     assert out["choices"][0]["message"]["content"] == chosen["text"]
     assert out["usage"]["completion_tokens"] >= 4  # candidates and verdicts all count
+    # constrained verdicts through the pool: each parses, with its probability
+    assert all(c["verdicts"][0] in (0, 1) and 0 <= c["probabilities"][0] <= 1 for c in out["search"]["candidates"])
     bad = httpx.post(f"{service}/chat/completions", headers=AUTH, json=body | {"search": {"k": 0}})
     assert bad.status_code == 400 and "search.k" in bad.json()["error"]["message"]
 

@@ -60,12 +60,21 @@ def _check_style(style: str) -> None:
         raise ValueError(f"prompt style {style!r} is unknown; choose one of {list(STYLES)}")
 
 
+# What the full-style answer prompt adds after the question.
+ANSWER_INSTRUCTION = "\n\nSolve step by step and put the final answer in \\boxed{}."
+
+
 def answer_prompt(question: str, style: Style = "full") -> Prompt:
     """The prompt that samples candidate solutions."""
     _check_style(style)
     if style == "compact":
         return f"Q: {question}\nA:"
-    return [{"role": "user", "content": f"{question}\n\nSolve step by step and put the final answer in \\boxed{{}}."}]
+    return [{"role": "user", "content": question + ANSWER_INSTRUCTION}]
+
+
+def question_in(text: str) -> str:
+    """The question of a full-style answer prompt's text (the instruction taken off); other text as it is."""
+    return text.removesuffix(ANSWER_INSTRUCTION)
 
 
 View = Literal["solution", "answer"]

@@ -49,6 +49,11 @@ class ServeConfig:
     # serves as <name> and answers to pretrained:<name> and its converted dir's name as well)
     model_name: str = ""
     sampler: PoolConfig = field(default_factory=PoolConfig)  # engine, engine_kwargs, Ray actors (search/pool.py)
+    # the model that gives `search` requests their verdicts, in a pool of its own beside the sampler's
+    # (same settings): a checkpoint dir, pretrained:<name>, or a LoRA adapter dir such as
+    # models/smollm2-verifier-lora (merged into its base once). "" or the model itself: the model verifies
+    verifier: str = ""
+    verifier_name: str = ""  # the id /v1/models lists it as (default: the verifier dir's name)
     host: str = "127.0.0.1"  # 0.0.0.0 to accept other machines
     port: int = 8000
     # a thinking model (both set): chat answers carry the text after thought_marker in
@@ -79,6 +84,8 @@ class ServeConfig:
             raise ValueError(f"port={self.port} must be in 1..65535")
         if self.api_key_env and self.api_key_file:
             raise ValueError("api_key_env and api_key_file: give one of them")
+        if self.verifier_name and not self.verifier:
+            raise ValueError("verifier_name names the verifier: set verifier=PATH with it")
 
 
 def old_flag(argv: list[str]) -> str | None:
@@ -101,10 +108,11 @@ def served_names(cfg: ServeConfig, checkpoint: str) -> tuple[str | None, tuple[s
     return name, tuple(dict.fromkeys(a for a in (cfg.model, Path(checkpoint.rstrip("/")).name) if a != name))
 
 
-def settings_from(cfg: ServeConfig, env: Mapping[str, str] | None = None, checkpoint: str | None = None
-                  ) -> ServeSettings:
+def settings_from(cfg: ServeConfig, env: Mapping[str, str] | None = None, checkpoint: str | None = None,
+                  verifier: str | None = None) -> ServeSettings:
     """The deployment's settings; the API key is read from the environment or a 0400 file.
-    `checkpoint`: the dir cfg.model resolved to (a pinned model's, once fetched); default cfg.model."""
+    `checkpoint`: the dir cfg.model resolved to (a pinned model's, once fetched); default cfg.model.
+    `verifier`: the dir cfg.verifier resolved to (an adapter's merged checkpoint); default cfg.verifier."""
     env = os.environ if env is None else env
     try:
         limits = ServeLimits.from_dict(cfg.limits)
@@ -117,8 +125,11 @@ def settings_from(cfg: ServeConfig, env: Mapping[str, str] | None = None, checkp
     pool = replace(cfg.sampler, experiment=cfg.experiment or None)
     checkpoint = checkpoint or cfg.model or None
     model_name, aliases = served_names(cfg, checkpoint or "")
+    verifier = None if not cfg.verifier or cfg.verifier == cfg.model else (verifier or cfg.verifier)
+    verifier_name = (cfg.verifier_name or Path(cfg.verifier.rstrip("/")).name) if verifier else None
     return ServeSettings(pool=pool, checkpoint=checkpoint, version=cfg.version or None,
                          model_name=model_name, aliases=aliases, api_key=api_key, limits=limits,
+                         verifier=verifier, verifier_name=verifier_name,
                          chat_max_tokens=cfg.chat_max_tokens,
                          reasoning=ReasoningSplit(cfg.thought_marker, cfg.response_marker)
                          if cfg.thought_marker else None)

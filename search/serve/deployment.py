@@ -7,7 +7,7 @@ a small machine the replica never competes with them for a core.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import InitVar, dataclass, field
+from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,8 @@ class ServeSettings:
     limits: ServeLimits = field(default_factory=ServeLimits)
     chat_max_tokens: int = 256  # default max_tokens of chat requests that set none
     reasoning: ReasoningSplit | None = None  # thinking model: thought -> reasoning_content; None: off
+    verifier: str | None = None  # a checkpoint dir that gives searches their verdicts, in its own pool
+    verifier_name: str | None = None  # the id it is served as
 
     def __post_init__(self, api_key: str | None):
         if api_key is not None:
@@ -48,6 +50,8 @@ class ServeSettings:
                              "or pool.experiment=NAME (with an optional version)")
         if self.checkpoint is not None and self.version is not None:
             raise ValueError("ServeSettings.version names a registry version: set pool.experiment, not checkpoint")
+        if (self.verifier is None) != (self.verifier_name is None):
+            raise ValueError("ServeSettings.verifier and verifier_name go together")
         if self.chat_max_tokens < 1:
             raise ValueError(f"ServeSettings.chat_max_tokens={self.chat_max_tokens} must be >= 1")
 
@@ -90,17 +94,23 @@ class OpenAIServer:
         else:
             self.pool.version = (await self.pool.ready())[0]
         self.context_length = await self.pool.context_length()
+        self.verifier_pool = self.verifier_context = None
+        if settings.verifier:  # a pool of its own, with the sampler's settings
+            self.verifier_pool = SamplerPool(replace(settings.pool, experiment=None), checkpoint=settings.verifier)
+            self.verifier_pool.version = (await self.verifier_pool.ready())[0]
+            self.verifier_context = await self.verifier_pool.context_length()
 
     def __serve_build_asgi_app__(self) -> Any:
         s = self.settings
+        verifier = PoolBackend(self.verifier_pool, self.verifier_context) if self.verifier_pool else None
         return build_app(PoolBackend(self.pool, self.context_length), model_name=s.served_name, aliases=s.aliases,
                          api_key_sha256=s.api_key_sha256, limits=s.limits, chat_max_tokens=s.chat_max_tokens,
-                         reasoning=s.reasoning)
+                         reasoning=s.reasoning, verifier=verifier, verifier_name=s.verifier_name)
 
     def __del__(self):
-        pool = getattr(self, "pool", None)
-        if pool is not None:
-            pool.shutdown()
+        for pool in (getattr(self, "pool", None), getattr(self, "verifier_pool", None)):
+            if pool is not None:
+                pool.shutdown()
 
 
 def build_serve_app(settings: ServeSettings) -> Any:

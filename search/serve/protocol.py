@@ -155,7 +155,8 @@ class ChatCompletionRequest(_SamplingRequest):
     # closing its turn, instead of opening a new turn with the template's generation prompt
     continue_final_message: bool = False
     add_generation_prompt: bool = True
-    # ratchet's extension: test-time search, e.g. {"k": 16, "verify": 8, "return_candidates": true}
+    # ratchet's extension: test-time search, e.g. {"k": 8, "strategy": "weighted_best_of_n", "return_candidates": true}
+    # (search/serve/service_search.py); with stream=true its answer comes as one chunk once chosen
     search: dict[str, Any] | None = None
 
     def refuse_unsupported(self) -> None:
@@ -165,8 +166,6 @@ class ChatCompletionRequest(_SamplingRequest):
                           "send structured_outputs: {'regex': ...}")
         if self.top_logprobs is not None and not self.logprobs:
             raise _refuse("top_logprobs", "needs logprobs=true")
-        if self.search is not None and self.stream:
-            raise _refuse("stream", "a search request answers once it has chosen: send stream=false")
         if self.search is not None and (self.logprobs or self.structured_outputs):
             raise _refuse("search", "cannot be combined with logprobs or structured_outputs")
         if self.continue_final_message:

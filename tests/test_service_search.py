@@ -1,0 +1,144 @@
+"""The served search's strategies (search/serve/service_search.py) on constrained verdicts: each
+picks what the offline strategy picks on the same candidates and verdicts, verdicts come from the
+verifier when one is given, and requests that would waste work are refused."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from common.sampling import Completion, SamplingParams
+from search.scored_pool import ScoredPool
+from search.serve.service_search import SearchOptions, search_and_select
+from search.strategies import Draws, get_strategy
+from verifiers.selfverify import answer_prompt
+
+QUESTION = "Ann has 7 pens, gets 5, loses 3. How many?"
+
+
+def answer(text: str) -> str:
+    return f"Working. The answer is \\boxed{{{text}}}."
+
+
+class ConstrainedJudge:
+    """Candidates in turn; a constrained verdict (params.regex) answers the choice the regex allows
+    with P(1) = `p_right[candidate]`, in the logprobs shape engines return. `requests` records
+    (kind, n) per prompt."""
+
+    def __init__(self, candidates: list[str], p_right: dict[str, float]):
+        self.candidates, self.p_right, self.requests = candidates, p_right, []
+
+    async def generate(self, prompts, params: SamplingParams) -> list[list[Completion]]:
+        out = []
+        for p in prompts:
+            if params.regex is None:
+                self.requests.append(("candidate", params.n))
+                out.append([Completion(self.candidates[i % len(self.candidates)], "stop", 1, 5)
+                            for i in range(params.n)])
+                continue
+            self.requests.append(("verdict", params.n))
+            assert params.regex == " [01]" and params.max_tokens <= 8  # a verdict is a handful of tokens
+            user = p[0]["content"]
+            prob = next(v for t, v in self.p_right.items() if f"Candidate solution:\n{t}" in user)
+            top = [{"token": "1", "logprob": math.log(prob)}, {"token": "0", "logprob": math.log(1 - prob)}]
+            pick = top[0] if prob >= 0.5 else top[1]
+            out.append([Completion(f" {pick['token']}", "stop", 1, 2, logprobs=[pick | {"top_logprobs": top}])
+                        for _ in range(params.n)])
+        return out
+
+
+# Three say 8, two say 9; the verifier likes one of the 9s best and the 8s little.
+CANDIDATES = [answer("8"), answer("9"), answer("8"), answer("9"), answer("8")]
+P_RIGHT = {answer("8"): 0.3, answer("9"): 0.8}
+
+
+def run(options: SearchOptions, judge: ConstrainedJudge, verifier=None, seed: int = 0):
+    return asyncio.run(search_and_select(judge.generate, answer_prompt(QUESTION), options=options,
+                                         params=SamplingParams(max_tokens=64, seed=seed), verifier=verifier))
+
+
+def test_the_default_is_weighted_best_of_n_with_one_constrained_verdict_scored_by_probability():
+    opts = SearchOptions.from_request({"k": 5})
+    assert (opts.strategy, opts.verify, opts.verdict, opts.score) == ("weighted_best_of_n", 1, "constrained",
+                                                                      "probability")
+    judge = ConstrainedJudge(CANDIDATES, P_RIGHT)
+    res = run(opts, judge)
+    # majority says 8 (3 votes x 0.3 = 0.9); the weighted vote says 9 (2 x 0.8 = 1.6)
+    assert res.answer == "9" and res.strategy == "weighted_best_of_n" and res.method == "weighted_vote"
+    assert [c.score for c in res.candidates] == pytest.approx([0.3, 0.8, 0.3, 0.8, 0.3])
+    assert [c.votes for c in res.candidates] == [3, 2, 3, 2, 3]
+    assert [c.answer_score for c in res.candidates] == pytest.approx([0.9, 1.6, 0.9, 1.6, 0.9])
+    # one request per distinct candidate text (identical ones go out once, n summed)
+    assert sorted(judge.requests) == [("candidate", 5), ("verdict", 2), ("verdict", 3)]
+    assert res.completion_tokens == 5 * 5 + 5 * 2
+
+
+def test_each_strategy_picks_what_its_offline_curve_picks_on_the_same_verdicts():
+    judge = ConstrainedJudge(CANDIDATES, P_RIGHT)
+    consistency = run(SearchOptions(k=5, strategy="consistency"), judge)
+    best = run(SearchOptions(k=5, strategy="best_of_n"), judge)
+    verification = run(SearchOptions(k=5, strategy="verification"), judge)
+    assert consistency.answer == "8" and consistency.method == "majority"
+    assert best.answer == "9" and best.index in (1, 3)
+    assert verification.answer == "9" and verification.method == "unanimous_top"
+    weighted = run(SearchOptions(k=5), judge)
+    for gold in ("8", "9"):  # offline, with either answer right: accuracy 1 exactly where live picked gold
+        ids = [c.answer_id for c in weighted.candidates]
+        ok = [next(c.answer for c in weighted.candidates if c.answer_id == a) == gold for a in range(max(ids) + 1)]
+        record = {"id": "q", "answer_correct": ok,
+                  "candidates": [{"answer_id": c.answer_id, "correct": ok[c.answer_id], "verdicts": c.verdicts,
+                                  "verdict_probs": c.probabilities} for c in weighted.candidates],
+                  "comparisons": []}
+        pool = ScoredPool.from_records([record], score="probability")
+        draws = Draws(pool, seeds=5)
+        for live in (weighted, best, consistency):
+            offline = get_strategy(live.strategy)(pool, draws, k=5, k_verif=None, options=SearchOptions(
+                k=5).selection()).per_question[0]
+            assert offline == float(live.answer == gold), (live.strategy, gold)
+
+
+def test_verdicts_come_from_the_verifier_when_one_is_given():
+    sampler = ConstrainedJudge(CANDIDATES, {answer("8"): 0.9, answer("9"): 0.1})  # would pick 8
+    verifier = ConstrainedJudge(CANDIDATES, P_RIGHT)
+    res = run(SearchOptions(k=5, strategy="best_of_n"), sampler, verifier=verifier.generate)
+    assert res.answer == "9"
+    assert {kind for kind, _ in sampler.requests} == {"candidate"}
+    assert {kind for kind, _ in verifier.requests} == {"verdict"}
+
+
+def test_a_verdict_without_logprobs_is_an_error_not_a_zero_score():
+    class NoLogprobs(ConstrainedJudge):
+        async def generate(self, prompts, params):
+            rows = await super().generate(prompts, params)
+            return [[Completion(c.text, c.finish_reason, 1, 1) for c in row] for row in rows]
+
+    with pytest.raises(RuntimeError, match="without the logprobs"):
+        run(SearchOptions(k=5), NoLogprobs(CANDIDATES, P_RIGHT))
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"verify": 4}, "P(1) depends on the prompt alone"),
+    ({"verdict": "parsed"}, None),  # opt-in: scored by the share of 1s
+    ({"verdict": "parsed", "score": "probability"}, "no probability"),
+    ({"strategy": "consistency", "verify": 2}, "samples no verdicts"),
+    ({"strategy": "best_of_n", "verify": 0}, "must be >= 1"),
+    ({"strategy": "beam"}, "unknown"),
+    ({"verdict": "mind_reading"}, "unknown"),
+    ({"preliminary": 1, "verify": 2, "score": "verdicts"}, "round of strategy=verification"),
+    ({"deadline_s": 0}, "must be > 0"),
+    ({"verdict": "reasoned", "verify": 4}, None),  # written checks differ: several are meaningful
+    ({"score": "verdicts", "verify": 4}, None),  # sampled 0/1 verdicts
+])
+def test_search_options_refuse_what_would_waste_work(body, needle):
+    if needle is None:
+        SearchOptions.from_request({"k": 4} | body)
+        return
+    with pytest.raises(ValueError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        SearchOptions.from_request({"k": 4} | body)
+
+
+def test_verify_zero_still_means_majority_voting():
+    opts = SearchOptions.from_request({"k": 4, "verify": 0})
+    assert opts.strategy == "consistency"
