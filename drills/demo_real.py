@@ -16,6 +16,7 @@ exit code is non-zero if any failed, and the closing table says which.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib
 import json
@@ -24,7 +25,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from common.ports import free_port
 
@@ -40,33 +43,33 @@ VLLM_SERVE = ["sampler.engine=vllm",
               "sampler.engine_kwargs={dtype: native, max_model_len: 2048, enforce_eager: true, cpu_kv_cache_gib: 1}"]
 
 
-def served_chat(timeout_s: float = 600.0, engine: str = "transformers") -> str:
-    """Start `ratchet serve` on the real model, ask one chat question through the openai client, stop it."""
+@contextlib.contextmanager
+def ratchet_serve(overrides: list[str], name: str, timeout_s: float = 600.0, request_timeout_s: float = 120.0
+                  ) -> Iterator[Any]:
+    """`ratchet serve model=... <overrides>` on a free port, as a user starts it; yields an openai
+    client once /v1/models lists `name`, and stops the server (Ctrl-C, as a user would) after."""
     import openai
 
     port = free_port()
-    cmd = [sys.executable, "-m", "ray_jobs.serve", f"model={MODEL}", f"port={port}", "model_name=smollm2",
-           "allow_no_auth=true", "sampler.num_cpus_per_actor=0.5", *(VLLM_SERVE if engine == "vllm" else [])]
+    cmd = [sys.executable, "-m", "ray_jobs.serve", f"port={port}", f"model_name={name}", "allow_no_auth=true",
+           *overrides]
     server = subprocess.Popen(cmd, cwd=ROOT, start_new_session=True)
-    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0, timeout=120)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0,
+                           timeout=request_timeout_s)
     try:
         deadline = time.monotonic() + timeout_s
         while True:  # ready when the endpoint lists the model (start-up loads Ray, Serve and the weights)
             if server.poll() is not None:
                 raise RuntimeError(f"ratchet serve exited with {server.returncode} before it was ready")
             try:
-                if any(m.id == "smollm2" for m in client.models.list().data):
+                if any(m.id == name for m in client.models.list().data):
                     break
             except openai.APIError:
                 pass
             if time.monotonic() > deadline:
                 raise TimeoutError(f"ratchet serve was not ready within {timeout_s:.0f} s")
             time.sleep(1)  # polling a server that is starting: the wait is on its readiness, checked above
-        reply = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": CHAT}],
-                                               max_tokens=16, temperature=0)
-        text = reply.choices[0].message.content
-        print(f"served chat: {CHAT!r} -> {text!r} (finish_reason {reply.choices[0].finish_reason})", flush=True)
-        return text
+        yield client
     finally:
         os.killpg(server.pid, signal.SIGINT)  # Serve's own loop shuts the app and Ray down on Ctrl-C
         try:
@@ -74,6 +77,17 @@ def served_chat(timeout_s: float = 600.0, engine: str = "transformers") -> str:
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+
+
+def served_chat(timeout_s: float = 600.0, engine: str = "transformers") -> str:
+    """Start `ratchet serve` on the real model, ask one chat question through the openai client, stop it."""
+    overrides = [f"model={MODEL}", "sampler.num_cpus_per_actor=0.5", *(VLLM_SERVE if engine == "vllm" else [])]
+    with ratchet_serve(overrides, "smollm2", timeout_s) as client:
+        reply = client.chat.completions.create(model="smollm2", messages=[{"role": "user", "content": CHAT}],
+                                               max_tokens=16, temperature=0)
+        text = reply.choices[0].message.content
+        print(f"served chat: {CHAT!r} -> {text!r} (finish_reason {reply.choices[0].finish_reason})", flush=True)
+        return text
 
 
 def demo_experiment(cfg: Path, overrides: list[str]) -> str:
