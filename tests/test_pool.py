@@ -394,3 +394,39 @@ def test_an_actor_that_cannot_start_fails_the_pool_once_naming_why(ray_local):
         assert [s.restarts for s in pool.router.slots] == [0]
     finally:
         pool.shutdown()
+
+
+def test_a_served_search_whose_client_disconnects_cancels_its_pool_request(pool):
+    """Issue #45: a search whose client went away sends nothing more, and the request it has in
+    the pool is cancelled (SamplerPool.submit: ray.cancel), not left to generate for nobody."""
+    from _asgi import post_then_disconnect
+
+    from search.serve.app import build_app
+    from search.serve.deployment import PoolBackend
+
+    outcomes: list[tuple[str | None, str]] = []  # (regex, "done" | "cancelled") per generate
+
+    async def drive() -> list[dict]:
+        gone = asyncio.Event()
+
+        class Watched(PoolBackend):
+            async def generate(self, prompts, params):
+                if params.regex is not None:
+                    gone.set()  # the verdicts are out: the client leaves now
+                try:
+                    rows = await super().generate(prompts, params)
+                except asyncio.CancelledError:
+                    outcomes.append((params.regex, "cancelled"))
+                    raise
+                outcomes.append((params.regex, "done"))
+                return rows
+
+        body = {"messages": [{"role": "user", "content": "map 3 1 4 =>"}], "max_tokens": 6, "seed": 1,
+                "search": {"k": 4, "style": "compact"}}
+        return await post_then_disconnect(build_app(Watched(pool), model_name="tiny"), "/v1/chat/completions",
+                                          body, gone)
+
+    sent = asyncio.run(drive())
+    assert sent[0]["status"] == 499
+    assert outcomes == [(None, "done"), (" [01]", "cancelled")]
+    assert pool.generate_sync(["map 1 =>"], GREEDY)[0][0].text == expected("map 1 =>")  # the pool still serves

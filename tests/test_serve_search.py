@@ -8,6 +8,7 @@ import asyncio
 import json
 
 import pytest
+from _asgi import post_then_disconnect
 from fastapi.testclient import TestClient
 from test_service_search import CANDIDATES, P_RIGHT, QUESTION, ConstrainedJudge, answer
 
@@ -118,30 +119,12 @@ def test_a_search_past_its_deadline_is_stopped_and_answered_504():
 def test_a_client_that_disconnects_mid_search_stops_the_search():
     """Driven at the ASGI level: the client disconnects once the verdict requests are out."""
     backend = Stuck()
-    app = build_app(backend, model_name="smol")
-    body = json.dumps(chat({"k": 5})).encode()
-    sent: list[dict] = []
 
-    async def drive() -> None:
-        messages = [{"type": "http.request", "body": body, "more_body": False}]
+    async def drive() -> list[dict]:
+        return await post_then_disconnect(build_app(backend, model_name="smol"), "/v1/chat/completions",
+                                          chat({"k": 5}), backend.verdicts_started)
 
-        async def receive() -> dict:
-            if messages:
-                return messages.pop(0)
-            await backend.verdicts_started.wait()
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict) -> None:
-            sent.append(message)
-
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-                 "scheme": "http", "path": "/v1/chat/completions", "raw_path": b"/v1/chat/completions",
-                 "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json"),
-                                                                  (b"content-length", str(len(body)).encode())],
-                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
-        await app(scope, receive, send)
-
-    asyncio.run(drive())
+    sent = asyncio.run(drive())
     assert backend.cancelled
     assert sent[0]["status"] == 499
 
