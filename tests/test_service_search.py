@@ -142,3 +142,56 @@ def test_search_options_refuse_what_would_waste_work(body, needle):
 def test_verify_zero_still_means_majority_voting():
     opts = SearchOptions.from_request({"k": 4, "verify": 0})
     assert opts.strategy == "consistency"
+
+
+def test_served_defaults_are_the_offline_selections_and_the_shipped_verifier_configs():
+    from common.config import load_config
+    from scaling.config import ScalingConfig
+    from search.selection import SelectionOptions
+
+    served, offline = SearchOptions(), SelectionOptions()
+    assert (served.k_tie, served.top_margin, served.max_per_answer, served.preliminary_threshold) == (
+        offline.k_tie, offline.top_margin, offline.max_per_answer, offline.preliminary_threshold)
+    shipped = load_config("configs/scaling-smollm-verifier.yaml", ScalingConfig, [])
+    assert (served.k, served.verify_temperature, served.verify_max_tokens) == (
+        shipped.k_inf, shipped.verify_temperature, shipped.verify_max_tokens)
+
+
+@pytest.mark.parametrize("body,ok", [
+    ({"k": 0}, False), ({"k": 1}, True),
+    ({"verify_max_tokens": 0, "verdict": "reasoned"}, False), ({"verify_max_tokens": 1, "verdict": "reasoned"}, True),
+    ({"verify": -1}, False), ({"verify": 2}, False), ({"verify": 1}, True),
+    ({"k_tie": -1}, False), ({"k_tie": 0}, True),
+    ({"deadline_s": 0.5}, True), ({"deadline_s": -1}, False),
+])
+def test_search_option_bounds(body, ok):
+    if ok:
+        SearchOptions.from_request(body)
+    else:
+        with pytest.raises(ValueError):
+            SearchOptions.from_request(body)
+
+
+def test_the_preliminary_round_gives_the_rest_of_the_verdicts_to_its_survivors_only():
+    judge = ConstrainedJudge(CANDIDATES, {answer("8"): 0.1, answer("9"): 0.8})  # an 8 always gets a 0
+    res = run(SearchOptions(k=5, strategy="verification", score="verdicts", verify=3, preliminary=1), judge)
+    assert [len(c.verdicts) for c in res.candidates] == [1, 3, 1, 3, 1]
+    assert res.answer == "9" and res.method == "unanimous_top"
+
+
+def test_a_disagreeing_top_group_without_comparisons_goes_to_the_best_score():
+    judge = ConstrainedJudge(CANDIDATES, {answer("8"): 0.8, answer("9"): 0.8})  # a tie across answers
+    for options in (SearchOptions(k=5, strategy="verification", k_tie=0),
+                    SearchOptions(k=5, strategy="verification", tie_break=False)):
+        res = run(options, judge)
+        assert (res.method, res.index, res.comparisons) == ("best_score", 0, [])
+
+
+def test_candidates_without_an_answer_have_no_votes_and_majority_falls_back_to_the_first():
+    judge = ConstrainedJudge(["no idea", "still none", answer("3")], {"no idea": 0.9, "still none": 0.2,
+                                                                    answer("3"): 0.4})
+    res = run(SearchOptions(k=3), judge)
+    assert [(c.votes, c.answer_score) for c in res.candidates] == [(0, 0.0), (0, 0.0), (1, pytest.approx(0.4))]
+    assert res.answer == "3"  # the one answer outvotes the best-scored candidate without one
+    nobody = run(SearchOptions(k=2, strategy="consistency"), ConstrainedJudge(["no idea", "none"], {}))
+    assert nobody.index == 0 and nobody.answer is None
