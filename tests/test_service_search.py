@@ -67,6 +67,7 @@ def test_the_default_is_weighted_best_of_n_with_one_constrained_verdict_scored_b
     res = run(opts, judge)
     # majority says 8 (3 votes x 0.3 = 0.9); the weighted vote says 9 (2 x 0.8 = 1.6)
     assert res.answer == "9" and res.strategy == "weighted_best_of_n" and res.method == "weighted_vote"
+    assert res.index == 1  # of the winning answer's equally scored candidates, the first
     assert [c.score for c in res.candidates] == pytest.approx([0.3, 0.8, 0.3, 0.8, 0.3])
     assert [c.votes for c in res.candidates] == [3, 2, 3, 2, 3]
     assert [c.answer_score for c in res.candidates] == pytest.approx([0.9, 1.6, 0.9, 1.6, 0.9])
@@ -163,6 +164,7 @@ def test_served_defaults_are_the_offline_selections_and_the_shipped_verifier_con
     ({"verify": -1}, False), ({"verify": 2}, False), ({"verify": 1}, True),
     ({"k_tie": -1}, False), ({"k_tie": 0}, True),
     ({"deadline_s": 0.5}, True), ({"deadline_s": -1}, False),
+    ({"strategy": "verification", "preliminary": -1}, False),
 ])
 def test_search_option_bounds(body, ok):
     if ok:
@@ -195,3 +197,68 @@ def test_candidates_without_an_answer_have_no_votes_and_majority_falls_back_to_t
     assert res.answer == "3"  # the one answer outvotes the best-scored candidate without one
     nobody = run(SearchOptions(k=2, strategy="consistency"), ConstrainedJudge(["no idea", "none"], {}))
     assert nobody.index == 0 and nobody.answer is None
+
+
+class Recording(ConstrainedJudge):
+    """Also keeps every verdict prompt's user text."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.verdict_prompts: list[str] = []
+
+    async def generate(self, prompts, params):
+        if params.regex is not None:
+            self.verdict_prompts += [p[0]["content"] for p in prompts]
+        return await super().generate(prompts, params)
+
+
+def test_a_verdict_checks_the_question_given_or_the_last_user_message_without_the_answer_instruction():
+    judge = Recording(CANDIDATES, P_RIGHT)
+    run(SearchOptions(k=2), judge)
+    assert all(f"Problem:\n{QUESTION}\n\nCandidate" in p for p in judge.verdict_prompts)
+    judge = Recording(CANDIDATES, P_RIGHT)
+    asyncio.run(search_and_select(judge.generate, answer_prompt(QUESTION), options=SearchOptions(k=2),
+                                  params=SamplingParams(max_tokens=8), question="What is 2+2?"))
+    assert all("Problem:\nWhat is 2+2?\n" in p for p in judge.verdict_prompts)
+
+
+def test_question_of_a_conversation_a_plain_prompt_and_one_without_a_user_message():
+    from search.serve.service_search import question_of
+
+    conversation = [{"role": "system", "content": "Be brief."}, *answer_prompt(QUESTION),
+                    {"role": "assistant", "content": "Let me see"}]
+    assert question_of(conversation) == QUESTION
+    assert question_of("Q: 1+1\nA:") == "Q: 1+1\nA:"
+    assert question_of([{"role": "system", "content": "first"}, {"role": "system", "content": "last"}]) == "last"
+
+
+def test_weighted_best_of_n_without_any_final_answer_takes_the_best_scored_candidate():
+    judge = ConstrainedJudge(["no idea", "still none"], {"no idea": 0.2, "still none": 0.9})
+    res = run(SearchOptions(k=2), judge)
+    assert res.index == 1 and res.answer is None
+
+
+def test_what_a_strategy_did_not_compute_reads_zero_in_the_response():
+    res = run(SearchOptions(k=5, strategy="consistency"), ConstrainedJudge(CANDIDATES, P_RIGHT))
+    assert [(c.score, c.answer_score, c.wins, c.verdicts) for c in res.candidates] == [(0.0, 0.0, 0, [])] * 5
+    weighted = run(SearchOptions(k=5), ConstrainedJudge(CANDIDATES, P_RIGHT))
+    assert [c.wins for c in weighted.candidates] == [0] * 5 and weighted.comparisons == []
+
+
+def test_majority_never_votes_for_no_answer():
+    judge = ConstrainedJudge(["no idea", "no idea either", answer("3")], {})
+    assert run(SearchOptions(k=3, strategy="consistency"), judge).answer == "3"
+
+
+def test_one_comparison_per_matchup_is_still_a_tie_break():
+    class Comparing(ConstrainedJudge):
+        async def generate(self, prompts, params):
+            if params.regex == " [12]":  # a comparison: the second response wins
+                top = [{"token": "2", "logprob": 0.0}, {"token": "1", "logprob": -9.0}]
+                return [[Completion(" 2", "stop", 1, 2, logprobs=[top[0] | {"top_logprobs": top}])] * params.n
+                        for _ in prompts]
+            return await super().generate(prompts, params)
+
+    tied = {answer("8"): 0.8, answer("9"): 0.8}  # a top group that disagrees
+    res = run(SearchOptions(k=5, strategy="verification", k_tie=1), Comparing(CANDIDATES, tied))
+    assert res.method == "tie_break" and {code for _, _, code in res.comparisons} == {2}
