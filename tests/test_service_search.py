@@ -229,7 +229,8 @@ def test_question_of_a_conversation_a_plain_prompt_and_one_without_a_user_messag
                     {"role": "assistant", "content": "Let me see"}]
     assert question_of(conversation) == QUESTION
     assert question_of("Q: 1+1\nA:") == "Q: 1+1\nA:"
-    assert question_of([{"role": "system", "content": "first"}, {"role": "system", "content": "last"}]) == "last"
+    only_system = [{"role": "system", "content": c} for c in ("first", "second", "last")]
+    assert question_of(only_system) == "last"
 
 
 def test_weighted_best_of_n_without_any_final_answer_takes_the_best_scored_candidate():
@@ -262,3 +263,23 @@ def test_one_comparison_per_matchup_is_still_a_tie_break():
     tied = {answer("8"): 0.8, answer("9"): 0.8}  # a top group that disagrees
     res = run(SearchOptions(k=5, strategy="verification", k_tie=1), Comparing(CANDIDATES, tied))
     assert res.method == "tie_break" and {code for _, _, code in res.comparisons} == {2}
+
+
+class Alternating(ConstrainedJudge):
+    """Verdicts 1, 0, 1, ... across the samples of one request, whatever the candidate."""
+
+    async def generate(self, prompts, params):
+        if params.regex is None:
+            return await super().generate(prompts, params)
+        top = [{"token": "1", "logprob": math.log(0.5)}, {"token": "0", "logprob": math.log(0.5)}]
+        return [[Completion(f" {1 - i % 2}", "stop", 1, 2, logprobs=[top[i % 2] | {"top_logprobs": top}])
+                 for i in range(params.n)] for _ in prompts]
+
+
+def test_identical_candidates_split_by_the_preliminary_round_get_their_own_verdict_counts():
+    """Candidates 0, 2 and 4 are the same text, so their verdicts share one request: the first and
+    last pass the preliminary round and the middle one does not, and only the passing ones get more."""
+    res = run(SearchOptions(k=5, strategy="verification", score="verdicts", verify=3, preliminary=1,
+                            tie_break=False), Alternating(CANDIDATES, P_RIGHT))
+    assert [c.verdicts[0] for c in res.candidates] == [1, 1, 0, 0, 1]
+    assert [len(c.verdicts) for c in res.candidates] == [3, 3, 1, 1, 3]
