@@ -53,6 +53,9 @@ def test_top_per_answer_keeps_the_best_scored_members_of_each_answer_lower_index
     keep = np.array([True, True, True, True, True, True, False])
     assert top_per_answer(ids, keep, score, 2).tolist() == [True, True, False, True, True, True, False]
     assert top_per_answer(ids, keep, score, 1).tolist() == [False, True, False, False, True, True, False]
+    # the answer that sorts first has several members too (its run starts at position 0)
+    assert top_per_answer(np.array([0, 0, 1]), np.ones(3, bool), np.array([0.3, 0.6, 0.1]), 1).tolist() == [
+        False, True, True]
 
 
 def test_the_preliminary_round_keeps_scores_at_the_threshold_and_never_unanswered_ones():
