@@ -236,3 +236,40 @@ def test_probability_scores_are_mean_probabilities_and_refused_without_them():
     assert score.shape == prelim.shape == (4, 1, 2) and np.allclose(score, [0.6, 0.3])
     # the first of the drawn verdicts: one of the candidate's own probabilities
     assert (np.abs(prelim[..., None] - pool.verdict_probs[None]).min(-1) < 1e-6).all()
+
+
+def test_the_hypergeometric_draw_is_random_wherever_the_population_is_mixed():
+    """One good item of two, one drawn: good half the time (an entry wrongly treated as degenerate
+    would always give 0); drawing nothing gives nothing, whatever the population."""
+    from search.strategies.base import hypergeometric
+
+    rng = np.random.default_rng(0)
+    ones = np.ones(4000, np.int64)
+    assert hypergeometric(rng, ones, ones, ones).mean() == pytest.approx(0.5, abs=0.05)
+    assert hypergeometric(rng, ones, 3 * ones, 2 * ones).mean() == pytest.approx(0.5, abs=0.05)
+    assert (hypergeometric(rng, 3 * ones[:5], 2 * ones[:5], 0 * ones[:5]) == 0).all()
+    assert (hypergeometric(rng, 3 * ones[:5], 2 * ones[:5], 5 * ones[:5]) == 3).all()  # everything drawn
+
+
+def test_the_vote_tie_break_never_overturns_a_real_margin():
+    from search.strategies.base import vote
+
+    classes = np.tile(np.array([0, 1, 1]), (200, 1, 1))  # [seeds, 1 question, k]
+    weights = np.tile(np.array([0.6, 0.1, 0.1]), (200, 1, 1))  # class 0: 0.6 against 0.2
+    chosen, cast = vote(classes, weights, 2, np.random.default_rng(0))
+    assert (chosen == 0).all() and cast.all()
+    tied, _ = vote(classes, np.tile(np.array([0.4, 0.2, 0.2]), (200, 1, 1)), 2, np.random.default_rng(0))
+    assert 0 < tied.mean() < 1  # an exact tie goes either way
+
+
+def test_draws_and_k_bounds_are_checked():
+    from search.strategies.base import check_k
+
+    pool = synthetic_pool(questions=2, candidates=4, verdicts=3, seed=0)
+    with pytest.raises(ValueError, match="seeds=0"):
+        Draws(pool, seeds=0)
+    for k, k_verif in ((0, None), (5, None), (2, 0), (2, 4)):
+        with pytest.raises(ValueError, match="out of range"):
+            check_k(pool, k, k_verif)
+    check_k(pool, 1, 1)
+    check_k(pool, 4, 3)
