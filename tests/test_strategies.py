@@ -236,6 +236,9 @@ def test_probability_scores_are_mean_probabilities_and_refused_without_them():
     assert score.shape == prelim.shape == (4, 1, 2) and np.allclose(score, [0.6, 0.3])
     # the first of the drawn verdicts: one of the candidate's own probabilities
     assert (np.abs(prelim[..., None] - pool.verdict_probs[None]).min(-1) < 1e-6).all()
+    # fewer verdicts than stored: a random subset per draw, each of the candidate's probabilities in turn
+    one, _ = verdict_scores(pool, Draws(pool, seeds=40, seed=2), 1, SelectionOptions(score="probability"))
+    assert set(np.round(one[:, 0, 0].astype(float), 3)) == {0.9, 0.3, 0.6}
 
 
 def test_the_hypergeometric_draw_is_random_wherever_the_population_is_mixed():
