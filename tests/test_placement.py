@@ -117,3 +117,16 @@ def test_the_ledger_counts_requests_and_items_per_role_and_node_and_clears():
                       "n2": {"alive": False, "resources": ["w2"], "sampler": {"requests": 1, "items": 1}}}
     ledger.clear()
     assert ledger.served == {} and ledger.names == {} and ledger.report([]) == {}
+
+
+def test_refusals_leave_out_resources_a_demand_does_not_use():
+    with pytest.raises(CapacityError, match=re.escape("(a: 3 x CPU: 1) but")):
+        check_capacity([node(1, 2.0)], [Demand("a", 3, {"CPU": 1.0, "GPU": 0.0})])
+
+
+def test_the_ledger_notes_no_names_for_an_unknown_node_and_reports_a_node_ray_forgot_as_dead():
+    ledger = NodeLedger()
+    ledger.add("sampler", None, 2)  # the actor could not say where it ran
+    assert ledger.served == {"sampler": {"unknown": {"requests": 1, "items": 2}}} and ledger.names == {}
+    ledger.add("sampler", "gone", 1)
+    assert ledger.report([])["gone"]["alive"] is False  # not among the nodes Ray lists now
