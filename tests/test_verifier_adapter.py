@@ -50,6 +50,9 @@ def test_balanced_keeps_as_many_right_as_wrong_rows_per_question():
     a = [r for r in out if r["question"] == "a"]
     assert sum(r["correct"] for r in a) == 2 and len(a) == 4
     assert len([r for r in out if r["question"] == "b"]) == 1  # one kind only: one row, not four
+    # a one-kind question first does not end the balancing of the questions after it
+    later = balanced([dict(r, question="z" if r["question"] == "b" else "a") for r in rows[7:] + rows[:7]], seed=0)
+    assert [len([r for r in later if r["question"] == q]) for q in ("z", "a")] == [1, 4]
 
 
 class Recorder:
