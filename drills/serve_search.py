@@ -30,6 +30,7 @@ import numpy as np
 from common.config import load_config
 from drills.demo_real import ratchet_serve
 from scaling.config import ScalingConfig
+from scaling.curves import bootstrap_ci
 from scaling.experiment import load_questions
 from verifiers.math_answers import extract_answer, is_equivalent
 from verifiers.selfverify import answer_prompt
@@ -72,9 +73,9 @@ def ask(client: Any, cfg: ScalingConfig, question: dict[str, str], search: dict[
 
 
 def bootstrap(values: np.ndarray, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, len(values), (resamples, len(values)))].mean(1)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
+    """95% percentile interval of the mean over questions (the curves' bootstrap)."""
+    lo, hi = bootstrap_ci(values[None], resamples, 0.95, np.random.default_rng(seed))
+    return float(lo[0]), float(hi[0])
 
 
 def summarize(results: dict[int, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
