@@ -12,6 +12,7 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from common.secrets import secret_from_environment
 from store.server import ensure_local_server
 
 ENV_URL = "RATCHET_REDIS_URL"
@@ -39,19 +40,12 @@ def redact(url: str) -> str:
 
 
 def configured_url() -> str | None:
-    """$RATCHET_REDIS_URL, else the file named by $RATCHET_REDIS_URL_FILE, else None."""
-    if os.environ.get(ENV_URL):
-        return os.environ[ENV_URL]
-    path = os.environ.get(ENV_URL_FILE)
-    if not path:
-        return None
+    """$RATCHET_REDIS_URL, else the file named by $RATCHET_REDIS_URL_FILE, else None. The URL holds
+    Redis's password, so the file is read as every secret file is (common.secrets: owner-only)."""
     try:
-        text = open(path).read().strip()
-    except OSError as e:
-        raise StoreUnavailable(f"{ENV_URL_FILE}={path}: cannot read the Redis URL file: {e}") from e
-    if not text:
-        raise StoreUnavailable(f"{ENV_URL_FILE}={path}: the file is empty; write the Redis URL into it")
-    return text
+        return secret_from_environment(ENV_URL, ENV_URL_FILE, what="the Redis URL file")
+    except ValueError as e:
+        raise StoreUnavailable(f"{ENV_URL_FILE}={os.environ.get(ENV_URL_FILE)}: {e}") from e
 
 
 def resolve_url(url: str | None = None) -> str:

@@ -286,11 +286,29 @@ def test_the_url_can_come_from_a_file_so_no_password_enters_a_job_record(redis_s
 
     url_file = tmp_path / "redis-url"
     url_file.write_text(redis_server.url + "\n")
+    url_file.chmod(0o600)
     monkeypatch.delenv(ENV_URL, raising=False)
     monkeypatch.setenv(ENV_URL_FILE, str(url_file))
     assert connect().ping()
     url_file.write_text("")
     with pytest.raises(StoreUnavailable, match="RATCHET_REDIS_URL_FILE.*empty"):
+        connect()
+    with pytest.raises(StoreUnavailable, match="RATCHET_REDIS_URL_FILE.*does not exist"):
+        monkeypatch.setenv(ENV_URL_FILE, str(tmp_path / "missing"))
+        connect()
+
+
+def test_a_url_file_others_may_read_is_refused_as_every_secret_file_is(redis_server, tmp_path, monkeypatch):
+    """The URL carries Redis's password: its file is read with common.secrets' checks, as
+    `ratchet serve`'s key file is (deploy/rayjob.yaml mounts it 0400, docs/cluster.md writes it 600)."""
+    from store.connection import ENV_URL_FILE
+
+    url_file = tmp_path / "redis-url"
+    url_file.write_text(redis_server.url + "\n")
+    url_file.chmod(0o644)
+    monkeypatch.delenv(ENV_URL, raising=False)
+    monkeypatch.setenv(ENV_URL_FILE, str(url_file))
+    with pytest.raises(StoreUnavailable, match=r"RATCHET_REDIS_URL_FILE.*mode 0644.*chmod 400"):
         connect()
 
 
