@@ -101,7 +101,7 @@ class Arm:
     name: str
     batches: int = 0
     programs: int = 0  # completions drawn
-    seconds: float = 0.0  # wall seconds of its sampler calls
+    seconds: float = 0.0  # wall seconds while any of its sampler calls was in flight (overlaps counted once)
     reward: float = 0.0  # credited by the driver: new programs right on the training pairs
 
 
@@ -163,15 +163,26 @@ class ModelMix:
         self.samplers = dict(samplers)
         self.bandit = RateBandit(list(self.samplers), rule, cost=cost, warmup=warmup, seed=seed)
         self.gate = OneModelAtATime() if exclusive else None  # MixConfig.exclusive
+        self._in_flight = {name: 0 for name in self.samplers}
+        self._charged_to = {name: 0.0 for name in self.samplers}  # the clock up to which a model has paid
 
     async def __call__(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         name = self.bandit.choose()
         if self.gate:
             await self.gate.enter(name)
         try:
-            started = time.perf_counter()  # after the gate: a model pays for its sampling, not its wait
-            rows = await self.samplers[name](prompts, params)
-            self.bandit.record(name, sum(len(r) for r in rows), time.perf_counter() - started)
+            # after the gate: a model pays for its sampling, not its wait; and for the wall clock
+            # while any call of it is in flight, not each overlapping call's latency over again
+            if self._in_flight[name] == 0:
+                self._charged_to[name] = time.perf_counter()
+            self._in_flight[name] += 1
+            try:
+                rows = await self.samplers[name](prompts, params)
+            finally:
+                self._in_flight[name] -= 1
+                now = time.perf_counter()
+                seconds, self._charged_to[name] = now - self._charged_to[name], now
+            self.bandit.record(name, sum(len(r) for r in rows), seconds)
         finally:
             if self.gate:
                 await self.gate.leave()

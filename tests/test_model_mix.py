@@ -298,3 +298,43 @@ def test_pooled_shares_round_to_four_digits_and_leave_out_splits_that_drew_nothi
     later = mixture.pooled_shares({("demo", 0): _mix(a=(0, 0.0, 0.0), b=(0, 0.0, 0.0)),
                                    ("heldout", 0): _mix(a=(3, 0.0, 0.5), b=(1, 1.0, 0.5))})
     assert set(later) == {"heldout"} and later["heldout"]["a"]["budget_share"] == 0.75
+
+
+def test_a_models_seconds_are_the_wall_clock_it_held_not_the_sum_of_its_overlapping_calls(monkeypatch):
+    """mix.cost=seconds: two calls of one model in flight together for 10 s cost it 10 s, not 20, and
+    its idle time costs nothing. Summing each call's latency charged a model the bandit picks often
+    (more of its calls in flight at once) more than the time it sampled, so the bandit held it back."""
+    from evolution import model_mix
+
+    now = [0.0]
+    monkeypatch.setattr(model_mix.time, "perf_counter", lambda: now[0])
+    release: dict[str, asyncio.Event] = {}
+
+    async def model(prompts, params):
+        release[prompts[0]] = asyncio.Event()
+        await release[prompts[0]].wait()
+        return [[Completion("x", "stop", 1, 1)] for _ in prompts]
+
+    async def scenario() -> list[float]:
+        mix = ModelMix({"a": model, "b": model}, "thompson", cost="seconds", warmup=1)
+        mix.bandit.choose = lambda: "a"  # both calls to one model
+        first = [asyncio.create_task(mix([p], SamplingParams(n=1))) for p in ("p1", "p2")]
+        await settle()  # both in flight from t = 0
+        now[0] = 4.0
+        release["p1"].set()
+        await first[0]
+        charged = [mix.bandit.arms["a"].seconds]  # p2 still runs: 4 s so far, charged as they pass
+        now[0] = 10.0
+        release["p2"].set()
+        await first[1]
+        charged.append(mix.bandit.arms["a"].seconds)
+        now[0] = 15.0  # 5 s idle
+        third = asyncio.create_task(mix(["p3"], SamplingParams(n=1)))
+        await settle()
+        now[0] = 18.0
+        release["p3"].set()
+        await third
+        charged.append(mix.bandit.arms["a"].seconds)
+        return charged
+
+    assert asyncio.run(scenario()) == [4.0, 10.0, 13.0]
