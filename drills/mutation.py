@@ -87,7 +87,7 @@ TARGETS = {
     "selection": Target("search/selection.py", "tests/test_selection.py tests/test_strategies.py"),
     # the served search's options and strategies on one question (issue #45)
     "service_search": Target("search/serve/service_search.py",
-                             "tests/test_service_search.py tests/test_scaling.py -k 'search or majority'"),
+                             "tests/test_service_search.py tests/test_search_free_text.py"),
     "voting": Target("evolution/voting.py", "tests/test_voting.py"),
     "rex": Target("evolution/rex.py", "tests/test_rex.py"),
     "filters": Target("evolution/filters.py", "tests/test_filters.py"),

@@ -44,3 +44,18 @@ def build_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     if not (untrained / "config.json").exists():
         init_model(cfg, AutoTokenizer.from_pretrained(trained), Path(untrained))
     return {"trained": trained, "untrained": str(untrained)}
+
+
+def small_pool(checkpoint: str):
+    """Two sampler actors of half a CPU each on the session's Ray, ready to serve `checkpoint` as v0."""
+    import asyncio
+
+    from search.pool import PoolConfig, SamplerPool
+
+    pool = SamplerPool(
+        PoolConfig(num_actors=2, num_cpus_per_actor=0.5, max_inflight_per_actor=2, prompts_per_request=3,
+                   engine_kwargs={"num_threads": 1}),
+        checkpoint=checkpoint, version="v0",
+    )
+    asyncio.run(pool.ready())
+    return pool

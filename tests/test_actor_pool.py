@@ -2,7 +2,7 @@
 with a tiny echo actor: a dead actor replaced once and its calls retried, a hung one given up at
 its deadline, a caller's mistake raised once, an actor that cannot start (Shell) raised once or
 replaced, and the retries' end. The sampler and verifier pools' own tests: test_pool.py,
-test_arc_pool.py."""
+test_pool_faults.py, test_arc_pool.py."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Engines: the sampling contract, the transformers engine on tiny models, the openai engine's
-retries (on a mock transport; tests/test_serve.py runs it against the real service). The vLLM
+retries (on a mock transport; tests/test_serve_service.py runs it against the real service). The vLLM
 engine's tests are in tests/test_vllm_*.py."""
 
 from __future__ import annotations
