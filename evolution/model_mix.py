@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 
@@ -68,7 +68,7 @@ class OneModelAtATime:
     later calls of the one in flight, so neither starves)."""
 
     def __init__(self) -> None:
-        self.active: str | None = None
+        self.active: str | None = None  # the model last let in: in flight while running > 0
         self.running = 0
         self.waiting: list[tuple[object, str]] = []
         self.cond = asyncio.Condition()
@@ -88,9 +88,7 @@ class OneModelAtATime:
 
     async def leave(self) -> None:
         async with self.cond:
-            self.running -= 1
-            if self.running == 0:
-                self.active = None
+            self.running -= 1  # at 0 any model may enter, whichever `active` names
             self.cond.notify_all()
 
 
@@ -164,7 +162,7 @@ class ModelMix:
         self.bandit = RateBandit(list(self.samplers), rule, cost=cost, warmup=warmup, seed=seed)
         self.gate = OneModelAtATime() if exclusive else None  # MixConfig.exclusive
         self._in_flight = {name: 0 for name in self.samplers}
-        self._charged_to = {name: 0.0 for name in self.samplers}  # the clock up to which a model has paid
+        self._charged_to: dict[str, float] = {}  # the clock up to which each model has paid
 
     async def __call__(self, prompts: Sequence[Prompt], params: SamplingParams) -> list[list[Completion]]:
         name = self.bandit.choose()
@@ -194,14 +192,3 @@ class ModelMix:
         for name, reward in earned.items():
             if name in self.bandit.arms:
                 self.bandit.credit(name, reward)
-
-    def summary(self, solutions: Mapping[str, int] | None = None) -> dict[str, Any]:
-        """Per model: batches, programs, seconds, reward, share of the budget, and (given each
-        model's count of right programs on solved tasks) its share of the solutions."""
-        shares = self.bandit.shares()
-        total = sum((solutions or {}).values())
-        return {name: {"batches": a.batches, "programs": a.programs, "seconds": round(a.seconds, 2),
-                       "reward": a.reward, "budget_share": round(shares[name], 4),
-                       **({"solution_share": round(solutions.get(name, 0) / total, 4) if total else 0.0}
-                          if solutions is not None else {})}
-                for name, a in self.bandit.arms.items()}

@@ -87,6 +87,14 @@ def test_a_mix_config_refuses_what_cannot_run():
         MixConfig(warmup=0)
 
 
+def test_a_mix_is_off_unless_asked_and_then_one_model_decodes_at_a_time():
+    """What docs/soar.md promises: no run pays for a mix it did not ask for; a mix on one machine
+    lets one engine decode at a time, after two batches of each model, with its uniform control."""
+    assert MixConfig().enabled is False
+    assert load_config(None, SoarConfig, ["mix.enabled=true"]).mix == MixConfig(
+        enabled=True, rule="thompson", cost="programs", warmup=2, uniform_control=True, exclusive=True)
+
+
 def test_mix_names_every_program_by_its_model_and_records_its_cost():
     async def fixed(prompts, params):
         return [[Completion("x", "stop", 1, 1, "engine-version") for _ in range(params.n)] for _ in prompts]
@@ -98,12 +106,10 @@ def test_mix_names_every_program_by_its_model_and_records_its_cost():
     assert 0 < mix.bandit.arms["m0"].seconds + mix.bandit.arms["m1"].seconds <= wall  # the calls' own time
     assert [{c.model_version for r in row for c in r} for row in rows] == [{"m0"}, {"m1"}, {"m0"}, {"m1"}]
     mix.credit({"m1": 2, "other": 5})  # a model outside the mix (an earlier version's program): ignored
-    summary = mix.summary({"m1": 3})
-    assert summary["m0"]["programs"] == summary["m1"]["programs"] == 12 and summary["m1"]["reward"] == 2
-    assert summary["m0"]["budget_share"] == 0.5 and summary["m1"]["solution_share"] == 1.0
-    assert summary["m0"]["solution_share"] == 0.0  # absent from the solutions: none of them
-    assert {m["solution_share"] for m in mix.summary({}).values()} == {0.0}  # no solutions at all
-    assert "solution_share" not in mix.summary()["m0"]
+    arms = mix.bandit.arms
+    assert arms["m0"].programs == arms["m1"].programs == 12 and arms["m1"].reward == 2 and arms["m0"].reward == 0
+    assert arms["m0"].batches == arms["m1"].batches == 2 and "other" not in arms
+    assert mix.bandit.shares() == {"m0": 0.5, "m1": 0.5}
 
 
 def test_search_over_a_mix_pays_the_model_that_writes_right_programs_and_votes_over_the_pool(store, experiment_name):
