@@ -99,7 +99,7 @@ def vote(candidates: Iterable[Candidate], task: ArcTask, cfg: VoteConfig | None 
         picked = list(range(min(2, len(groups))))
         if cfg.distinct_attempts and groups:
             first = groups[0].outputs[i]
-            picked = [0] + [k for k in range(1, len(groups)) if groups[k].outputs[i] != first][:1]
+            picked = [0] + [k for k, g in enumerate(groups) if g.outputs[i] != first][:1]  # never 0 itself
         attempts.append(tuple(groups[k].outputs[i] for k in picked))
         sources.append(tuple(picked))
     return VoteResult(task.id, tuple(attempts), tuple(groups), sum(g.size for g in groups), tuple(sources))

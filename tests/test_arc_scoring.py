@@ -42,6 +42,10 @@ def test_cell_accuracy():
     assert cell_accuracy(A, A) == 1.0
     assert cell_accuracy(A, B) == 0.75
     assert cell_accuracy(A, C) == 0.0
+    wide = ((1, 2, 0), (3, 4, 0))  # the rows match, the columns do not: no cell is compared
+    assert cell_accuracy(wide, A) == 0.0 and cell_accuracy(A, wide) == 0.0
+    row = ((1, 2, 3),)  # a one-row grid: its width is its only row's
+    assert cell_accuracy(row, row) == 1.0 and cell_accuracy(((1, 2, 4),), row) == pytest.approx(2 / 3)
 
 
 def test_score_input():
@@ -51,6 +55,10 @@ def test_score_input():
     assert (failed.correct, failed.shape_match, failed.cell_accuracy) == (False, False, 0.0)
     unknown = score_input(InputResult("ok", A), None)
     assert unknown.correct is None
+    wide = score_input(InputResult("ok", ((1, 2, 0), (3, 4, 0))), A)  # as many rows, more columns
+    assert (wide.correct, wide.shape_match, wide.cell_accuracy) == (False, False, 0.0)
+    row = score_input(InputResult("ok", ((1, 2, 4),)), ((1, 2, 3),))
+    assert (row.correct, row.shape_match) == (False, True)
 
 
 def test_train_accuracy():
@@ -97,6 +105,7 @@ def test_score_submission_kaggle_format():
     s = score_submission(submission, {"t1": t1, "t2": t2, "t3": t3})
     assert s.per_task == {"t1": 0.5, "t2": 1.0, "t3": 0.0}
     assert s.score == 1.5 and s.total == 3 and s.fraction == pytest.approx(0.5)
+    assert score_submission(submission, {}).fraction == 0.0  # no task scored: 0, not a division by 0
 
 
 def test_parse_tasks_single_and_mapping():

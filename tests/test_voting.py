@@ -133,8 +133,10 @@ def test_a_program_votes_once_and_broken_outputs_do_not_vote(task, grids):
     dup = voter(task, w, 1)
     broken = [Candidate(task.id, "x", "broken1", test_outputs=(r[0], None)),
               Candidate(task.id, "x", "broken2", test_outputs=(r[0],))]
-    res = vote([dup] * 5 + [voter(task, r, 0)] + broken, task)
+    res = vote(broken + [dup] * 5 + [voter(task, r, 0)], task)  # the voters after a broken one still vote
     assert [g.weight for g in res.groups] == [251.0, 1.0] and res.n_voters == 2
+    # the oracle sees every program, broken ones included: one right grid is half this task
+    assert oracle(broken, task) == 0.5
     with pytest.raises(ValueError, match="not '25ff71a9'"):
         vote([Candidate("other", "x", "h", test_outputs=r)], task)
 
