@@ -19,12 +19,18 @@ from verifiers.arc.grids import ArcTask, Grid, GridError, validate_grid
 from verifiers.arc.results import InputResult, ProgramResult
 
 
+def dims(grid: Grid) -> tuple[int, int]:
+    """(rows, columns) of a grid; grids.py builds only rectangular ones."""
+    return len(grid), len(grid[0])
+
+
 def cell_accuracy(output: Grid, expected: Grid) -> float:
     """Fraction of equal cells when the shapes match, else 0.0."""
-    if len(output) != len(expected) or len(output[0]) != len(expected[0]):
+    if dims(output) != dims(expected):
         return 0.0
     same = sum(a == b for ro, re in zip(output, expected, strict=True) for a, b in zip(ro, re, strict=True))
-    return same / (len(expected) * len(expected[0]))
+    rows, cols = dims(expected)
+    return same / (rows * cols)
 
 
 def score_input(execution: InputResult, expected: Grid | None) -> InputResult:
@@ -34,8 +40,7 @@ def score_input(execution: InputResult, expected: Grid | None) -> InputResult:
     out = execution.output
     if out is None:
         return replace(execution, correct=False, shape_match=False, cell_accuracy=0.0)
-    shape = len(out) == len(expected) and len(out[0]) == len(expected[0])
-    return replace(execution, correct=out == expected, shape_match=shape,
+    return replace(execution, correct=out == expected, shape_match=dims(out) == dims(expected),
                    cell_accuracy=cell_accuracy(out, expected))
 
 
