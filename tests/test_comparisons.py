@@ -36,12 +36,13 @@ def test_comparisons_pair_the_last_iteration_with_each_control_on_the_same_seeds
 def test_unscored_demo_tasks_blank_only_their_column_and_no_held_out_tasks_drop_theirs():
     d = paired_difference([5, 6, 7], [4, 4, 4])
     both = {"last_minus_seed_model": {"solved_seeds": d, "heldout_solved_seeds": d}}
-    header, _, row = comparison_lines(both, 1, scored=False)
+    header, rule, row = comparison_lines(both, 1, scored=False)
     assert header == "| iteration 1 minus | demo solved | held-out solved | demo hit rate | held-out hit rate |"
+    assert rule == "|---|---|---|---|---|"  # one per column, or markdown renders no table
     cells = [c.strip() for c in row.split("|")[2:-1]]
     assert cells[0] == "not scored" and cells[1].startswith("+2.00 [") and cells[2:] == ["–", "–"]
     demo_only = comparison_lines({"last_minus_seed_model": {"solved_seeds": d}}, 1)
-    assert demo_only[0] == "| iteration 1 minus | demo solved | demo hit rate |"
+    assert demo_only[:2] == ["| iteration 1 minus | demo solved | demo hit rate |", "|---|---|---|"]
     assert demo_only[2].split("|")[2].strip().startswith("+2.00 [")
 
 
