@@ -198,3 +198,34 @@ def test_every_conditional_rule_has_probes():
     probed = {"fcntl", "prlimit64", "newfstatat", *CLOCK_CALLS}
     assert seen == probed, f"argument rules without probes: {sorted(seen - probed)}"
 
+
+
+# -- building the filter: what it skips and how it fails -----------------------------------------
+def test_a_call_this_architecture_lacks_is_skipped_and_a_rule_libseccomp_refuses_is_named():
+    """ALLOWED_SYSCALLS names calls some architectures lack ("time" on aarch64): those are left
+    out, not an error. A rule libseccomp refuses stops the sandbox with libseccomp's reason."""
+    f = fence.SeccompFilter()
+    f._allow("no_such_call_anywhere")  # resolves to no number: nothing to allow
+    with pytest.raises(fence.FenceUnavailable, match=r"seccomp_rule_add\(read\) failed: Invalid argument"):
+        f._allow("read", fence._ArgCmp(7, fence._CMP_EQ, 0, 0))  # system calls have 6 arguments
+
+
+def test_a_filter_libseccomp_cannot_build_stops_the_sandbox_with_its_reason():
+    """libseccomp answers -errno; -1 (EPERM) is an error too, not a success."""
+    f = fence.SeccompFilter()
+
+    class Refusing:
+        def seccomp_syscall_resolve_name(self, name):
+            return 0
+
+        def seccomp_rule_add_array(self, ctx, action, nr, count, cmps):
+            return -1
+
+        def seccomp_export_bpf(self, ctx, fd):
+            return -1
+
+    f._lib = Refusing()
+    with pytest.raises(fence.FenceUnavailable, match=r"seccomp_rule_add\(read\) failed: Operation not permitted"):
+        f._allow("read")
+    with pytest.raises(fence.FenceUnavailable, match="seccomp_export_bpf failed: Operation not permitted"):
+        f._export()
