@@ -11,6 +11,8 @@ ones do.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from verifiers.arc import fence
@@ -118,10 +120,12 @@ def test_fcntl_setfl_only_without_o_async(worker):
     probes = {"F_SETFL 0": "fcntl(4, 0)", "F_SETFL O_NONBLOCK": f"fcntl(4, {O_NONBLOCK})",
               "F_SETFL O_ASYNC": f"fcntl(4, {O_ASYNC})",
               "F_SETFL O_ASYNC|O_NONBLOCK": f"fcntl(4, {O_ASYNC | O_NONBLOCK})",
-              "F_SETFL O_APPEND|O_NONBLOCK": f"fcntl(4, {O_APPEND | O_NONBLOCK})"}
+              "F_SETFL O_APPEND|O_NONBLOCK": f"fcntl(4, {O_APPEND | O_NONBLOCK})",
+              "F_SETFL O_WRONLY|O_NONBLOCK": f"fcntl(4, {1 | O_NONBLOCK})"}  # access bits: F_SETFL ignores them
     got = run_probes(worker, probes)
     assert_outcomes(got, {"F_SETFL 0": {OK}, "F_SETFL O_NONBLOCK": {OK}, "F_SETFL O_ASYNC": {DENIED},
-                          "F_SETFL O_ASYNC|O_NONBLOCK": {DENIED}, "F_SETFL O_APPEND|O_NONBLOCK": {OK}})
+                          "F_SETFL O_ASYNC|O_NONBLOCK": {DENIED}, "F_SETFL O_APPEND|O_NONBLOCK": {OK},
+                          "F_SETFL O_WRONLY|O_NONBLOCK": {OK}})  # the mask is O_ASYNC's one bit, no wider
 
 
 # -- prlimit64: only pid 0 (itself), only reading (NULL new limit) --------------------------------
@@ -229,3 +233,11 @@ def test_a_filter_libseccomp_cannot_build_stops_the_sandbox_with_its_reason():
         f._allow("read")
     with pytest.raises(fence.FenceUnavailable, match="seccomp_export_bpf failed: Operation not permitted"):
         f._export()
+
+
+def test_building_a_filter_closes_its_own_pipe_and_no_other_descriptor():
+    """The worker builds the filter before it forks each sandbox: a descriptor left open leaks
+    into every child, and closing a wrong one (stdin, stdout) breaks the worker itself."""
+    before = sorted(os.listdir("/proc/self/fd"))
+    fence.SeccompFilter()
+    assert sorted(os.listdir("/proc/self/fd")) == before
