@@ -11,7 +11,9 @@ operators are the one-line slips a refactor makes: a number off by one, a compar
 its boundary moved, + for -, and/or swapped, a condition negated, True for False, a loop
 skipped (OPERATORS). Functions that only draw or format (`skip`) are not mutated. Survivors
 are written with their diffs to runs/mutate/<module>.txt; docs/testing.md lists the ones left
-on purpose (equivalent mutants) with a reason each.
+on purpose (equivalent mutants) with a reason each. Mutants inside annotations Python never
+evaluates are not run (`unevaluated_annotations`; `--with-annotations` runs them) and are counted
+apart: `|` -> `&` in `int | None` is no bug under `from __future__ import annotations`.
 
 Before the mutants, each module's tests run once unmutated: a failing test would count every
 mutant as killed, so the run stops instead; the mutants' time limit is ten times that run
@@ -174,6 +176,60 @@ def line_ranges(path: Path, skip: set[int]) -> list[str]:
     return ranges
 
 
+def _char_col(lines: list[str], line: int, byte_col: int) -> int:
+    """ast's column (UTF-8 bytes) as the characters cosmic-ray (parso) counts."""
+    return len(lines[line - 1].encode()[:byte_col].decode(errors="ignore"))
+
+
+def unevaluated_annotations(source: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Spans ((line, col), (line, col)) of the annotations nothing evaluates, in a module with
+    `from __future__ import annotations` (else none: annotations run at definition time).
+
+    Those are the parameters' and return values' of functions, and local variables'. Left out on
+    purpose: class-level annotations (common/config.py resolves a config's with get_type_hints)
+    and constructors' parameters (the judge registry checks judge.kwargs against them)."""
+    tree = ast.parse(source)
+    if not any(isinstance(n, ast.ImportFrom) and n.module == "__future__" and
+               any(a.name == "annotations" for a in n.names) for n in tree.body):
+        return []
+    lines, found = source.splitlines(), []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":
+            a = node.args
+            params = [*a.posonlyargs, *a.args, *a.kwonlyargs, *(x for x in (a.vararg, a.kwarg) if x)]
+            found.extend(p.annotation for p in params if p.annotation is not None)
+            if node.returns is not None:
+                found.append(node.returns)
+        if isinstance(node, ast.AnnAssign) and in_function:
+            found.append(node.annotation)
+        inside = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        if isinstance(node, ast.ClassDef):
+            inside = False  # a class body inside a function: its annotations are class-level
+        for child in ast.iter_child_nodes(node):
+            visit(child, inside)
+
+    visit(tree, False)
+    return [((n.lineno, _char_col(lines, n.lineno, n.col_offset)),
+             (n.end_lineno, _char_col(lines, n.end_lineno, n.end_col_offset))) for n in found]
+
+
+ANNOTATION_FILTER = "Filtered annotation (never evaluated)"  # the skipped mutants' output in the session
+
+
+def skip_annotations(db: Path, source: str) -> int:
+    """Mark the session's pending mutants inside `unevaluated_annotations` skipped; how many."""
+    spans = unevaluated_annotations(source)
+    with sqlite3.connect(db) as con:
+        pending = con.execute("SELECT job_id, start_pos_row, start_pos_col, end_pos_row, end_pos_col FROM mutation_specs "
+                              "WHERE job_id NOT IN (SELECT job_id FROM work_results)").fetchall()
+        inside = [job for job, *pos in pending
+                  if any(a <= (pos[0], pos[1]) and (pos[2], pos[3]) <= b for a, b in spans)]
+        con.executemany("INSERT INTO work_results (worker_outcome, output, job_id) VALUES (?, ?, ?)",
+                        [("SKIPPED", ANNOTATION_FILTER, job) for job in inside])
+    return len(inside)
+
+
 def config(t: Target, python: str) -> str:
     every = json.dumps  # TOML strings and lists of strings are JSON's
     command = f"{python} -m pytest -x -q -p no:cacheprovider {t.tests}"
@@ -226,7 +282,9 @@ def mutant_timeout(t: Target, baseline_s: float) -> float:
     return min(t.timeout_s, max(30.0, 10 * baseline_s))
 
 
-def run(name: str, t: Target, tools: Path, python: str, out: Path, recheck: bool) -> tuple[int, int, float]:
+def run(name: str, t: Target, tools: Path, python: str, out: Path, recheck: bool,
+        with_annotations: bool = False) -> tuple[int, int, float, int]:
+    """(killed, survived, seconds, mutants in unevaluated annotations not run) of one module."""
     out.mkdir(parents=True, exist_ok=True)
     cfg, db, stamp = out / f"{name}.toml", out / f"{name}.sqlite", out / f"{name}.sha256"
     source = hashlib.sha256((ROOT / t.path).read_bytes()).hexdigest()
@@ -240,6 +298,8 @@ def run(name: str, t: Target, tools: Path, python: str, out: Path, recheck: bool
             raise SystemExit(f"--recheck {name}: no session for this version of {t.path} in {out}; run without it")
         with sqlite3.connect(db) as con:
             con.execute("DELETE FROM work_results WHERE test_outcome = 'SURVIVED'")
+            if with_annotations:
+                con.execute("DELETE FROM work_results WHERE output = ?", (ANNOTATION_FILTER,))
     else:
         db.unlink(missing_ok=True)
         subprocess.run([cr, "init", str(cfg), str(db)], cwd=ROOT, env=env, check=True)
@@ -247,16 +307,20 @@ def run(name: str, t: Target, tools: Path, python: str, out: Path, recheck: bool
         subprocess.run([str(tools / "cr-filter-lines"), "--config", str(cfg), str(db)], cwd=ROOT, env=env,
                        check=True)
         stamp.write_text(source)
+    if not with_annotations:  # a recheck's survivors too, were they from a run with annotations
+        skip_annotations(db, (ROOT / t.path).read_text())
     subprocess.run([cr, "exec", str(cfg), str(db)], cwd=ROOT, env=env, check=True)
     killed, survived, survivors = tally(db, cr)
+    with sqlite3.connect(db) as con:
+        annotations = con.execute("SELECT count(*) FROM work_results WHERE output = ?", (ANNOTATION_FILTER,)).fetchone()[0]
     with open(out / f"{name}.txt", "w") as f:
-        f.write(f"{t.path}: {killed} killed, {survived} survived\n\n")
+        f.write(f"{t.path}: {killed} killed, {survived} survived, {annotations} in unevaluated annotations not run\n\n")
         for s in survivors:
             m = s["mutation"]
             f.write(f"--- {m['operator_name']} #{m['occurrence']} line {m['start_pos'][0]}\n")
             f.write("".join(s["diff"]) if isinstance(s["diff"], list) else s["diff"])
             f.write("\n")
-    return killed, survived, time.monotonic() - started
+    return killed, survived, time.monotonic() - started, annotations
 
 
 def test_files(t: Target) -> set[str]:
@@ -295,6 +359,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(OUT), help="where sessions and survivor lists go")
     ap.add_argument("--recheck", action="store_true",
                     help="run only the last session's survivors again (after writing tests that should kill them)")
+    ap.add_argument("--with-annotations", action="store_true",
+                    help="also run the mutants inside annotations nothing evaluates (unevaluated_annotations)")
     ap.add_argument("--list", action="store_true", help="print the modules and their tests, then stop")
     ap.add_argument("--tests", help="pytest arguments instead of the module's own (one module only): "
                     "e.g. an older set of test files, for a before/after comparison")
@@ -330,14 +396,15 @@ def main() -> None:
         if args.budget_s is not None and time.monotonic() - started > args.budget_s:
             print(f"[mutate] budget of {args.budget_s:.0f} s spent; not run: {', '.join(names[i:])}", flush=True)
             break
-        killed, survived, secs = run(n, targets[n], Path(args.tools), python, Path(args.out), args.recheck)
-        rows.append((n, killed, survived, secs))
+        killed, survived, secs, annotations = run(n, targets[n], Path(args.tools), python, Path(args.out),
+                                                  args.recheck, args.with_annotations)
+        rows.append((n, killed, survived, secs, annotations))
         print(f"[mutate] {n}: {killed}/{killed + survived} killed in {secs:.0f} s", flush=True)
-    print(f"\n{'module':16s} {'killed':>7s} {'survived':>9s} {'kill rate':>10s} {'seconds':>8s}   "
-          f"survivors: {args.out}/<module>.txt")
-    for n, k, s, secs in rows:
+    print(f"\n{'module':16s} {'killed':>7s} {'survived':>9s} {'kill rate':>10s} {'seconds':>8s} {'annotations':>12s}"
+          f"   survivors: {args.out}/<module>.txt; annotations: mutants in unevaluated annotations, not run")
+    for n, k, s, secs, a in rows:
         rate = f"{100 * k / (k + s):.0f}%" if k + s else "-"
-        print(f"{n:16s} {k:7d} {s:9d} {rate:>10s} {secs:8.0f}")
+        print(f"{n:16s} {k:7d} {s:9d} {rate:>10s} {secs:8.0f} {a:12d}")
 
 
 if __name__ == "__main__":
