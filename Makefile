@@ -90,7 +90,7 @@ test-gpu-set: system-packages
 	$(GPUSET)/bin/pip install -q torch==2.13.0
 	python3 scripts/gpu_deps.py cpu-constraints > $(GPUSET)/constraints.txt
 	$(GPUSET)/bin/pip install -q -c $(GPUSET)/constraints.txt -e '.[dev]' --config-settings editable_mode=compat
-	$(GPUSET)/bin/python -m pytest tests/test_engines.py tests/test_serve.py tests/test_serve_service.py tests/test_training.py tests/test_vllm_engine.py tests/test_vllm_switch.py tests/test_vllm_resources.py tests/test_vllm_regex_dialect.py tests/test_vllm_gpu.py
+	$(GPUSET)/bin/python -m pytest tests/test_engines.py tests/test_serve.py tests/test_serve_cli.py tests/test_serve_service.py tests/test_training.py tests/test_vllm_engine.py tests/test_vllm_switch.py tests/test_vllm_resources.py tests/test_vllm_regex_dialect.py tests/test_vllm_gpu.py
 
 # On a CUDA machine: the gpu-marked tests and a short SOAR search with each engine (minutes).
 gpu-check: setup-gpu
