@@ -12,6 +12,7 @@ from thinking.pairs import (
     Sample,
     build_pairs,
     choose_rho,
+    at_divergence,
     no_rows_reason,
     pick,
     trl_rows,
@@ -107,10 +108,68 @@ def test_trl_rows_keep_chat_prompts_conversational_and_plain_prompts_plain():
 
 
 def test_divergence_windows_start_at_the_diverging_word_and_hold_that_many_words():
-    from thinking.pairs import at_divergence
-
     cut = at_divergence("P:", " a b c1 d e f", " a b c2 d e f", 2)
     assert cut == ("P: a b ", "c1 d", "c2 d")
+
+
+def test_by_default_dpo_trains_on_whole_completions_as_the_paper_does():
+    pair = {"prompt": "P:", "chosen": " a b c1 d", "rejected": " a b c2 d", "kind": "scored"}
+    assert trl_rows([pair], PairsConfig().divergence_words) == [{"prompt": "P:", "chosen": " a b c1 d",
+                                                                  "rejected": " a b c2 d"}]
+
+
+def test_a_divergence_in_the_first_word_leaves_the_prompt_alone():
+    assert at_divergence("Q: ", "Paris is big", "Rome is big", 2) == ("Q: ", "Paris is", "Rome is")
+
+
+def test_no_window_when_one_side_ends_where_they_diverge():
+    # the chosen text stops at the diverging word: an empty window is no preference
+    assert at_divergence("Q:", " A B ", " A B C", 2) is None
+    assert at_divergence("Q:", " A B C", " A B ", 2) is None
+
+
+def test_a_prefilled_thought_marker_goes_back_into_each_assistant_message():
+    from common.sampling import PREFILL
+
+    chat = [{"role": "system", "content": "Think first."}, {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "Thought:", PREFILL: True}]
+    [row] = trl_rows([{"prompt": chat, "chosen": " 4. Answer: 4", "rejected": " 5. Answer: 5", "kind": "scored"}])
+    assert row == {"prompt": chat[:2], "chosen": [{"role": "assistant", "content": "Thought: 4. Answer: 4"}],
+                   "rejected": [{"role": "assistant", "content": "Thought: 5. Answer: 5"}]}
+
+
+def test_scores_spread_by_exactly_one_still_rank_the_samples():
+    # scores 0 and 2 have a standard deviation of exactly 1: still a preference for 2
+    chosen, rejected = pick(Group("a", "p", [S(0.0, "low"), S(2.0, "high")]), 0.0, PairsConfig())
+    assert (chosen.response, rejected.response) == ("high", "low")
+
+
+def test_samples_of_equal_length_rank_by_score_at_any_rho():
+    # equal lengths have no spread to normalise: their z is 0, never a division by zero
+    g = Group("a", "p", [S(1.0, "aa"), S(3.0, "bb"), S(2.0, "cc")])
+    chosen, rejected = pick(g, 0.5, PairsConfig())
+    assert (chosen.response, rejected.response) == ("bb", "aa")
+
+
+def test_a_response_the_judge_failed_on_is_neither_chosen_nor_rejected():
+    failed = Sample(completion="T lost", thought="T", response="lost", parsed=True, score=None, judge_error="judge: timeout")
+    chosen, rejected = pick(Group("a", "p", [failed, S(1.0, "one"), S(2.0, "two")]), 0.0, PairsConfig())
+    assert (chosen.response, rejected.response) == ("two", "one")
+    _, counts = build_pairs([Group("b", "p", [failed, S(1.0)])], 0.0, PairsConfig())
+    assert counts["ties"] == 0 and counts["judge_failed"] == 1  # one scored sample: no pair, no tie
+
+
+def test_every_group_with_an_unparsable_output_is_counted_past_the_cap():
+    groups = [Group(f"g{i}", "p", [S(1.0), S(0.0), BAD("junk")]) for i in range(3)]
+    pairs, counts = build_pairs(groups, 0.0, PairsConfig(unparsable_share=0.0))
+    assert counts["unparsable_pairs"] == 0 and counts["unparsable_candidates"] == 3
+
+
+def test_a_group_without_unparsable_outputs_does_not_end_the_search_for_them():
+    groups = [Group("clean", "p", [S(1.0), S(0.0)]), Group("messy", "q", [S(1.0), S(0.0), BAD("junk")])]
+    pairs, counts = build_pairs(groups, 0.0, PairsConfig(unparsable_share=0.5))
+    assert counts["unparsable_candidates"] == 1
+    assert [(r["prompt"], r["rejected"]) for r in pairs if r["kind"] == "unparsable"] == [("q", "junk")]
 
 
 # --- why a round has nothing to train on (thinking.pairs.no_rows_reason) ---------------------------
