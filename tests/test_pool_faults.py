@@ -128,16 +128,18 @@ def test_a_caller_mistake_is_not_retried_as_an_infrastructure_failure(pool, mode
 
 def test_pool_actors_run_at_their_niceness_and_keep_the_jobs_runtime_env(ray_local, models):
     """PoolConfig.niceness reaches the actor processes (Ray's own default for workers is 15). Ray
-    adds it to the raylet's niceness, which this session's is (ray_local starts it): 7 under a
+    adds it to the raylet's niceness, and ray_local's raylet inherits this session's: 7 under a
     test run at nice 0, and 19 (the most) under `nice -19 make test`."""
     from common.logs import WORKER_SETUP_HOOK
     from store.connection import ENV_URL
+
+    expected = min(19, os.nice(0) + 7)
 
     nice = SamplerPool(PoolConfig(num_actors=1, num_cpus_per_actor=0.5, niceness=7, engine_kwargs={"num_threads": 1}),
                        checkpoint=models["trained"], version="v0")
     try:
         asyncio.run(nice.ready())
-        assert [s.niceness for s in asyncio.run(nice.stats())] == [min(19, os.nice(0) + 7)]
+        assert [s.niceness for s in asyncio.run(nice.stats())] == [expected]
         options = nice._actor_options["runtime_env"]
     finally:
         nice.shutdown()
@@ -149,8 +151,7 @@ def test_pool_actors_run_at_their_niceness_and_keep_the_jobs_runtime_env(ray_loc
         return os.nice(0), os.environ.get(ENV_URL), ray.get_runtime_context().runtime_env.get("worker_process_setup_hook")
 
     # the actors' runtime_env adds to the job's (its store URL, its log set-up), never replaces it
-    assert ray.get(environment.options(runtime_env=options).remote()) == (min(19, os.nice(0) + 7), os.environ[ENV_URL],
-                                                                        WORKER_SETUP_HOOK)
+    assert ray.get(environment.options(runtime_env=options).remote()) == (expected, os.environ[ENV_URL], WORKER_SETUP_HOOK)
 
 
 def test_an_actor_lost_while_the_pool_starts_is_replaced(ray_local, models):
