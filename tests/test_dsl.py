@@ -99,3 +99,16 @@ def test_body_regex_accepts_every_rendered_program_and_rejects_wrong_arity_and_c
         assert not regex.fullmatch(pattern, bad), bad
     with pytest.raises(ValueError, match="ARC colours"):
         body_regex(colours=[12])
+
+
+def test_primitive_overlap_names_the_heldout_tasks_the_searched_tasks_primitives_can_solve():
+    from evolution.dsl_coverage import primitive_overlap
+
+    split = load_split("arc1-train")
+    searched = select(split, ids=["6d0aefbc", "3c9b0459"])  # mirror_h; rot180
+    heldout = select(split, ids=["c9e6f938", "ed36ccf7"])  # mirror_h; rot270
+    out = primitive_overlap(searched, heldout)
+    assert out["searched_primitives"] == ["mirror_h", "rot180"]
+    assert out["covered"] == ["c9e6f938"] and out["uncovered"] == ["ed36ccf7"]
+    assert out["heldout_only"] == ["rot270"]
+    assert out["tasks"]["ed36ccf7"] == ["rot270"]
