@@ -1,0 +1,63 @@
+"""Which tasks each search of a SOAR experiment found a right program for, read from the store.
+
+    python -m evolution.right_programs arc-2it          # one line per search archive
+
+A report counts solved tasks; this names them, so one can ask which tasks a model's learning
+moved (or which held-out tasks its right programs could have taught: `evolution.dsl_coverage
+--config`). A program is right when it is right on every train and test pair of its task (the
+oracle of the report's search table). The experiment's own archive holds every iteration's search
+(sampling seed search.seed); each measured search has its own, named
+`<experiment>.<sampler>.<split>.s<seed>` (evolution/controls.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from common.logs import setup_logging
+from store import Store, keys
+
+
+def is_right(record: dict[str, Any]) -> bool:
+    """Right on every train and test pair; a program that ran on no pair is not right."""
+    train, test = record.get("train_correct") or [], record.get("test_correct") or []
+    return bool(train) and bool(test) and all(train) and all(test)
+
+
+def archives(store: Store, experiment: str) -> list[str]:
+    """The experiment's own archive and its measured searches' archives, by name."""
+    own = keys.exp(experiment, "tasks")
+    found = {k.decode() for k in store.client.scan_iter(match=keys.exp(experiment) + ".*:tasks", count=1000)}
+    names = [k.split(":")[2] for k in sorted(found)]
+    return ([experiment] if store.client.exists(own) else []) + names
+
+
+def right_tasks(store: Store, archive: str) -> tuple[list[str], list[str]]:
+    """(tasks searched, tasks with at least one right program), each sorted."""
+    a = store.archive(archive)
+    searched = sorted(a.counts())
+    right = [t for t in searched if any(is_right(r) for r in a.get_task(t, with_code=False))]
+    return searched, right
+
+
+def table(store: Store, experiment: str) -> str:
+    rows = ["| archive | tasks | with a right program | which |", "|---|---|---|---|"]
+    for name in archives(store, experiment):
+        searched, right = right_tasks(store, name)
+        rows.append(f"| {name} | {len(searched)} | {len(right)} | {' '.join(right)} |")
+    if len(rows) == 2:
+        raise SystemExit(f"no archive of experiment {experiment!r} in the store: is it the right Redis and name?")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None, store: Store | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("experiment")
+    args = parser.parse_args(argv)
+    setup_logging()
+    print(table(store or Store.connect(), keys.check_name(args.experiment)))
+
+
+if __name__ == "__main__":
+    main()
