@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evolution.right_programs import is_right, main
+from evolution.right_programs import is_right, main, right_on_test
 
 
 def _rec(task: str, code: str, train: list[bool], test: list[bool]) -> dict:
@@ -17,6 +17,9 @@ def test_right_means_every_train_and_test_pair():
     assert not is_right({"train_correct": [True, False], "test_correct": [True]})
     assert not is_right({"train_correct": [], "test_correct": []})  # ran on nothing
     assert not is_right({"kind": "sample"})
+    assert right_on_test({"train_correct": [False], "test_correct": [True, True]})
+    assert not right_on_test({"train_correct": [True], "test_correct": [True, False]})
+    assert not right_on_test({"train_correct": [True], "test_correct": []})
 
 
 def test_each_archive_of_the_experiment_names_its_tasks_with_a_right_program(store, experiment_name, capsys):
@@ -24,6 +27,7 @@ def test_each_archive_of_the_experiment_names_its_tasks_with_a_right_program(sto
         _rec("t1", "a", [True, True], [True]),
         _rec("t1", "b", [False, True], [True]),
         _rec("t2", "c", [True], [False]),  # right on train only: not right
+        _rec("t3", "g", [False, True], [True]),  # right on the test only: the oracle's, not right
     ])
     store.archive(f"{experiment_name}.seed-only.heldout.s0").add_many([
         _rec("h1", "d", [False], [False]),
@@ -32,7 +36,8 @@ def test_each_archive_of_the_experiment_names_its_tasks_with_a_right_program(sto
     store.archive(f"{experiment_name}x").add_many([_rec("t9", "f", [True], [True])])  # another experiment
     main([experiment_name], store=store)
     rows = capsys.readouterr().out.splitlines()[2:]
-    assert rows == [f"| {experiment_name} | 2 | 1 | t1 |", f"| {experiment_name}.seed-only.heldout.s0 | 2 | 1 | h2 |"]
+    assert rows == [f"| {experiment_name} | 3 | 1 | t1 | t3 |",
+                    f"| {experiment_name}.seed-only.heldout.s0 | 2 | 1 | h2 |  |"]
 
 
 def test_an_experiment_without_archives_is_named_in_the_error(store, experiment_name):
