@@ -137,6 +137,8 @@ TARGETS = {
     # the rules measured and the shares pooled; measure_mixes is the SOAR loop's (tests/test_model_mix.py, slow)
     "mixture": Target("evolution/mixture.py", "tests/test_model_mix.py -k 'mix_rules or pooled_shares'",
                       only=("MIX_PREFIX", "mix_rules", "pooled_shares")),
+    # which tasks a search's right programs solve: what docs/real-model.md's diagnosis counts
+    "right_programs": Target("evolution/right_programs.py", "tests/test_right_programs.py"),
 }
 
 
