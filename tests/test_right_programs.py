@@ -22,7 +22,9 @@ def test_right_means_every_train_and_test_pair():
     assert not right_on_test({"train_correct": [True], "test_correct": []})
 
 
-def test_each_archive_of_the_experiment_names_its_tasks_with_a_right_program(store, experiment_name, capsys):
+def test_each_archive_of_the_experiment_names_its_tasks_with_a_right_program(store, experiment_name, capsys,
+                                                                             monkeypatch):
+    monkeypatch.setenv("RATCHET_REDIS_URL", "redis://127.0.0.1:1")  # the store given is the one read
     store.archive(experiment_name).add_many([
         _rec("t1", "a", [True, True], [True]),
         _rec("t1", "b", [False, True], [True]),
@@ -43,3 +45,9 @@ def test_each_archive_of_the_experiment_names_its_tasks_with_a_right_program(sto
 def test_an_experiment_without_archives_is_named_in_the_error(store, experiment_name):
     with pytest.raises(SystemExit, match=experiment_name):
         main([experiment_name], store=store)
+
+
+def test_help_says_what_the_tool_is_for(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "Which tasks each search of a SOAR experiment found a right program for" in capsys.readouterr().out
