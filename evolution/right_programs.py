@@ -1,6 +1,7 @@
 """Which tasks each search of a SOAR experiment found a right program for, read from the store.
 
-    python -m evolution.right_programs arc-2it          # one line per search archive
+    python -m evolution.right_programs arc-2it               # one line per search archive
+    python -m evolution.right_programs arc-2it --primitives  # which DSL primitives each model wrote
 
 A report counts solved tasks; this names them, so one can ask which tasks a model's learning
 moved (or which held-out tasks its right programs could have taught: `evolution.dsl_coverage
@@ -9,14 +10,20 @@ hindsight learns as a solution. The report's oracle counts less strictly (a prog
 test outputs, whatever it did on the train pairs), so the table gives both. The experiment's own archive holds every iteration's search
 (sampling seed search.seed); each measured search has its own, named
 `<experiment>.<sampler>.<split>.s<seed>` (evolution/controls.py).
+
+`--primitives` counts, per archive and model version, the DSL primitives its programs call: a model
+that learns its own samples can narrow onto a few primitives and stop writing the rest.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+from collections import Counter
 from typing import Any
 
 from common.logs import setup_logging
+from evolution.programs import PRIMITIVES
 from store import Store, keys
 
 
@@ -62,12 +69,42 @@ def table(store: Store, experiment: str) -> str:
     return "\n".join(rows)
 
 
+CALL = re.compile(r"grid = (\w+)\(")
+
+
+def primitive_counts(codes: list[str]) -> Counter[str]:
+    """In how many of the programs each DSL primitive is called (once a program)."""
+    return Counter(p for code in codes for p in set(CALL.findall(code)) if p in PRIMITIVES)
+
+
+def primitives_table(store: Store, experiment: str) -> str:
+    rows = [f"| archive | model | programs | primitives used (of {len(PRIMITIVES)}) | share of the two most used "
+            "| most used |", "|---|---|---|---|---|---|"]
+    for name in archives(store, experiment):
+        a = store.archive(name)
+        by_model: dict[str, list[str]] = {}
+        for t in sorted(a.counts()):
+            for r in a.get_task(t):
+                by_model.setdefault(str(r.get("model_version", "?")), []).append(r["code"])
+        for model, codes in sorted(by_model.items()):
+            counts = primitive_counts(codes)
+            top = counts.most_common(2)
+            share = sum(c for _, c in top) / max(1, sum(counts.values()))
+            rows.append(f"| {name} | {model} | {len(codes)} | {len(counts)} | {share:.2f} | "
+                        f"{' '.join(p for p, _ in top)} |")
+    if len(rows) == 2:
+        raise SystemExit(f"no archive of experiment {experiment!r} in the store: is it the right Redis and name?")
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None, store: Store | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("experiment")
+    parser.add_argument("--primitives", action="store_true", help="the DSL primitives each model wrote")
     args = parser.parse_args(argv)
     setup_logging()
-    print(table(store or Store.connect(), keys.check_name(args.experiment)))
+    show = primitives_table if args.primitives else table
+    print(show(store or Store.connect(), keys.check_name(args.experiment)))
 
 
 if __name__ == "__main__":

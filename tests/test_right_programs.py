@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from evolution.right_programs import is_right, main, right_on_test
+from evolution.right_programs import is_right, main, primitive_counts, right_on_test
 
 
 def _rec(task: str, code: str, train: list[bool], test: list[bool]) -> dict:
@@ -51,3 +51,22 @@ def test_help_says_what_the_tool_is_for(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "Which tasks each search of a SOAR experiment found a right program for" in capsys.readouterr().out
+
+
+def test_primitives_are_counted_once_a_program_per_model(store, experiment_name, capsys):
+    def prog(*steps: str) -> str:
+        return "def transform(grid):\n" + "".join(f"    grid = {s}(grid)\n" for s in steps) + "    return grid\n"
+
+    store.archive(experiment_name).add_many([
+        {"task_id": "t1", "code": prog("rot90", "rot90"), "model_version": "v0"},  # rot90 once
+        {"task_id": "t1", "code": prog("rot90", "flip_h"), "model_version": "v0"},
+        {"task_id": "t2", "code": prog("transpose"), "model_version": "v0"},
+        {"task_id": "t2", "code": prog("not_a_primitive"), "model_version": "v0"},
+        {"task_id": "t1", "code": prog("flip_h"), "model_version": "v1"},
+    ])
+    assert primitive_counts([prog("rot90", "rot90"), prog("rot90", "flip_h")]) == {"rot90": 2, "flip_h": 1}
+    main([experiment_name, "--primitives"], store=store)
+    rows = capsys.readouterr().out.splitlines()[2:]
+    # v0: 4 programs, 3 primitives; the two most used (rot90 2, then flip_h or transpose 1) are 3 of 4 calls
+    assert rows[0].startswith(f"| {experiment_name} | v0 | 4 | 3 | 0.75 | rot90 ")
+    assert rows[1] == f"| {experiment_name} | v1 | 1 | 1 | 1.00 | flip_h |"
