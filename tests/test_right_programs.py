@@ -42,9 +42,10 @@ def test_each_archive_of_the_experiment_names_its_tasks_with_a_right_program(sto
                     f"| {experiment_name}.seed-only.heldout.s0 | 2 | 1 | h2 |  |"]
 
 
-def test_an_experiment_without_archives_is_named_in_the_error(store, experiment_name):
+@pytest.mark.parametrize("flags", [[], ["--primitives"]])
+def test_an_experiment_without_archives_is_named_in_the_error(store, experiment_name, flags):
     with pytest.raises(SystemExit, match=experiment_name):
-        main([experiment_name], store=store)
+        main([experiment_name, *flags], store=store)
 
 
 def test_help_says_what_the_tool_is_for(capsys):
@@ -63,6 +64,7 @@ def test_primitives_are_counted_once_a_program_per_model(store, experiment_name,
         {"task_id": "t2", "code": prog("transpose"), "model_version": "v0"},
         {"task_id": "t2", "code": prog("not_a_primitive"), "model_version": "v0"},
         {"task_id": "t1", "code": prog("flip_h"), "model_version": "v1"},
+        {"task_id": "t1", "code": prog("not_a_primitive"), "model_version": "v2"},  # calls none
     ])
     assert primitive_counts([prog("rot90", "rot90"), prog("rot90", "flip_h")]) == {"rot90": 2, "flip_h": 1}
     main([experiment_name, "--primitives"], store=store)
@@ -70,3 +72,4 @@ def test_primitives_are_counted_once_a_program_per_model(store, experiment_name,
     # v0: 4 programs, 3 primitives; the two most used (rot90 2, then flip_h or transpose 1) are 3 of 4 calls
     assert rows[0].startswith(f"| {experiment_name} | v0 | 4 | 3 | 0.75 | rot90 ")
     assert rows[1] == f"| {experiment_name} | v1 | 1 | 1 | 1.00 | flip_h |"
+    assert rows[2] == f"| {experiment_name} | v2 | 1 | 0 | 0.00 |  |"
