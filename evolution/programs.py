@@ -41,6 +41,15 @@ def render(program: Program) -> str:
     return "\n".join(lines)
 
 
+_CALL = re.compile(r"grid = (\w+)\(")
+
+
+def called_primitives(code: str) -> frozenset[str]:
+    """The DSL primitives a program's lines call (`grid = name(grid, ...)`); empty for code that
+    calls none, such as a numpy-style program."""
+    return frozenset(name for name in _CALL.findall(code) if name in PRIMITIVES)
+
+
 def body_regex(max_steps: int = 4, colours: Sequence[int] = range(10)) -> str:
     """The grammar of a program body as `render` writes it (what compact prompts' completions
     are): 1..max_steps primitive lines, each with its arity of colour arguments, then the return.

@@ -18,12 +18,11 @@ that learns its own samples can narrow onto a few primitives and stop writing th
 from __future__ import annotations
 
 import argparse
-import re
 from collections import Counter
 from typing import Any
 
 from common.logs import setup_logging
-from evolution.programs import PRIMITIVES
+from evolution.programs import PRIMITIVES, called_primitives
 from store import Store, keys
 
 
@@ -69,12 +68,9 @@ def table(store: Store, experiment: str) -> str:
     return "\n".join(rows)
 
 
-CALL = re.compile(r"grid = (\w+)\(")
-
-
 def primitive_counts(codes: list[str]) -> Counter[str]:
     """In how many of the programs each DSL primitive is called (once a program)."""
-    return Counter(p for code in codes for p in set(CALL.findall(code)) if p in PRIMITIVES)
+    return Counter(p for code in codes for p in called_primitives(code))
 
 
 def primitives_table(store: Store, experiment: str) -> str:

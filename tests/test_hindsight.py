@@ -66,6 +66,23 @@ def test_greedy_diverse_keeps_wrong_programs_in_the_dataset(task, cands):
     assert {CODE_PREFIX + r["completion"] for r in rows} == {c.code for c in chosen}
 
 
+def test_primitive_diverse_takes_each_primitive_sets_best_before_any_sets_second(task):
+    """Many recolor programs do not fill the rows: one of them, then one of each other set."""
+    recolors = [candidate(task, (Step("recolor", (a, b)),)) for a, b in ((1, 2), (2, 3), (3, 4), (4, 5))]
+    others = [candidate(task, PROGRAMS[name]) for name in ("flip_h", "rot90", "rot180", "rot180_long")]
+    cfg = HindsightConfig(per_task=5, selection="primitive-diverse", drop=())
+    chosen = select_programs(recolors + others, cfg, random.Random(0))
+    assert chosen[0].code == render(PROGRAMS["rot180"])  # the best program's set comes first
+    # then rot180_long (flip_h + flip_v: a set of its own), and one each of flip_h, rot90, recolor,
+    # in the order of each set's best program; no second recolor before every set had one
+    assert sum(c.code.count("recolor") for c in chosen) == 1 and len(chosen) == 5
+    assert {c.code for c in chosen[1:]} >= {render(PROGRAMS["rot180_long"]), render(PROGRAMS["flip_h"]),
+                                            render(PROGRAMS["rot90"])}
+    more = select_programs(recolors + others, HindsightConfig(per_task=8, selection="primitive-diverse", drop=()),
+                           random.Random(0))
+    assert sum(c.code.count("recolor") for c in more) == 4  # a set's later programs once every set had one
+
+
 def test_right_programs_count_by_code_wrong_ones_by_outputs(task, cands):
     """Two right programs are two ways to solve the task: both stay. Two wrong programs with
     the same outputs define the same relabeled task: the shorter stays."""
